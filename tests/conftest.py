@@ -1,0 +1,37 @@
+"""Test session setup: 8 fake CPU devices before JAX starts, a shared artefact cache."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Must happen before anything imports JAX: the suite runs on a fake 8-device CPU host so
+# that sharding is really exercised (4 x 2 fsdp x tp meshes).
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Built artefacts (the tiny base checkpoint, ...) are deterministic; reuse them across runs.
+os.environ.setdefault("COOKBOOK_CACHE", str(REPO / ".cache" / "cookbook"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_base() -> Path:
+    """The tiny random base checkpoint (released multimodal layout, 2 shards)."""
+    from cookbook import base
+
+    return base.ensure_base("tiny")
+
+
+@pytest.fixture(scope="session")
+def mesh_4x2():
+    """A 4 (fsdp) x 2 (tp) mesh over the 8 fake CPU devices."""
+    from cookbook import mesh
+
+    return mesh.make_mesh(4, 2)
