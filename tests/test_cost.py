@@ -1,0 +1,112 @@
+"""cookbook.cost: the paper's cost table reproduced from its inputs, the curve, the CLI."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from cookbook import cli, cost
+
+
+def test_paper_table_reproduced_exactly_from_its_inputs():
+    t = cost.comparison_table(serving_hours=(1, 8, 24))
+    # The paper's printed figures, to the digits it printed them.
+    assert round(t["tpu"]["train_usd"], 2) == 56.11
+    assert round(t["gpu"]["train_usd"], 2) == 119.23
+    assert round(t["tpu"]["usd_per_million_tokens"], 2) == 6.10
+    assert round(t["gpu"]["usd_per_million_tokens"], 2) == 12.68
+    assert (t["tpu"]["train_hours"], t["gpu"]["train_hours"]) == (3.34, 5.39)
+    assert round(t["speedup"], 2) == 1.61
+    assert round(t["train_cost_ratio"], 2) == 2.12
+    assert round(t["total_cost_ratio"][1.0], 2) == 1.82
+    assert round(t["total_cost_ratio"][8.0], 2) == 1.30
+    assert round(t["total_cost_ratio"][24.0], 3) == 1.135
+
+
+def test_paper_token_totals_agree_with_its_throughput():
+    # 9.2M / 9.4M training tokens (implied by the per-million figures) against tokens/s x hours.
+    for side in (cost.PAPER_TPU, cost.PAPER_GPU):
+        from_speed = side.train_tokens_per_s * side.train_hours * 3600 / 1e6
+        assert abs(from_speed / side.train_tokens_millions - 1) < 0.005
+
+
+def test_curve_matches_points_and_never_breaks_even_at_paper_prices():
+    curve = cost.cost_curve(max_hours=168, points=169)
+    assert curve.ratio[0] == pytest.approx(119.2268 / 56.112)
+    assert curve.ratio_at(1) == pytest.approx(1.8208, abs=1e-4)
+    assert curve.ratio_at(24) == pytest.approx(1.1354, abs=1e-4)
+    assert np.all(np.diff(curve.ratio) < 0)  # the training saving is diluted by serving hours
+    # v6e-8 ($21.52/h) serves cheaper than 2 x H100 ($22.12/h): the TPU path never loses.
+    assert curve.break_even_hours is None
+    assert curve.asymptotic_ratio == pytest.approx(22.12 / 21.52)
+    assert curve.ratio[-1] > curve.asymptotic_ratio
+
+
+def test_break_even_when_gpu_serves_faster():
+    # If the GPU served 10% more traffic per hour, it catches up after a finite time.
+    gpu = dataclasses.replace(cost.PAPER_GPU, serve_throughput_rel=1.10)
+    h = cost.break_even_hours(cost.PAPER_TPU, gpu)
+    assert h is not None and h > 0
+    at_h = cost.total_cost_usd(cost.PAPER_TPU, h) - cost.total_cost_usd(gpu, h)
+    assert abs(float(at_h)) < 1e-9
+    assert float(cost.total_cost_usd(cost.PAPER_TPU, h + 10)) > float(cost.total_cost_usd(gpu, h + 10))
+
+
+def test_prices_are_sourced_or_unknown_and_overridable():
+    for p in cost.PRICES:
+        assert p.source and p.as_of
+        assert p.platform in cost.PLATFORMS and p.pricing in cost.PRICING_KINDS
+    known = {(p.platform, p.pricing): p.usd_per_hour for p in cost.PRICES if p.known}
+    assert known == {("tpu-v5p-8", "on_demand"): 16.80, ("tpu-v6e-8", "on_demand"): 21.52,
+                     ("gpu-2xh100", "on_demand"): 22.12}
+    with pytest.raises(cost.UnknownPriceError, match="--price tpu-v5p-8:spot="):
+        cost.get_price("tpu-v5p-8", "spot")
+    ov = cost.parse_price_overrides(["tpu-v5p-8:spot=5.0", "gpu-2xh100=20"])
+    assert cost.get_price("tpu-v5p-8", "spot", ov).usd_per_hour == 5.0
+    assert cost.get_price("gpu-2xh100", "on_demand", ov).source == "given by the user"
+    t = cost.comparison_table(overrides=ov)
+    assert t["gpu"]["train_usd"] == pytest.approx(5.39 * 20)
+    with pytest.raises(ValueError, match="PLATFORM"):
+        cost.parse_price_overrides(["v5p=3"])
+
+
+def test_predicted_row_from_plan_figures(tmp_path):
+    plan_json = tmp_path / "plan.json"
+    # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (REFERENCE.md).
+    plan_json.write_text(json.dumps({"preset": "gemma4_31b", "slice": "v5p-8", "batch_size": 1,
+                                     "seq_len": 4096, "tflop_per_chip_per_step": 228.5}))
+    plan = cost.load_plan_figures(plan_json)
+    assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
+    row = cost.predict_training(plan, mfu=0.4)
+    step_s = 228.5 / (459 * 0.4)
+    assert row["tokens_per_s"] == pytest.approx(4096 / step_s)
+    assert row["train_hours"] == pytest.approx(9.2e6 / row["tokens_per_s"] / 3600)
+    assert row["train_usd"] == pytest.approx(row["train_hours"] * 16.80)
+    assert row["label"] == "predicted until run on a TPU"
+    assert any("MFU 40%" in a for a in row["assumptions"])
+    # The paper's 763 tokens/s corresponds to a low MFU on this step.
+    assert 0.05 < row["paper_implied_mfu"] < 0.15
+    half = cost.predict_training(plan, mfu=0.4, real_token_fraction=0.5)
+    assert half["train_hours"] == pytest.approx(2 * row["train_hours"])
+
+
+def test_predicted_row_without_plan_says_so(tmp_path):
+    assert cost.load_plan_figures(tmp_path / "missing.json") is None
+    row = cost.predict_training(None)
+    assert row["tokens_per_s"] == 763.0
+    assert "not a prediction" in row["assumptions"][0]
+
+
+def test_cli_writes_table_json_and_plot(tmp_path, capsys):
+    out = tmp_path / "cost.json"
+    rc = cli.main(["cost", "--json", str(out), "--plot", str(tmp_path / "c.png"),
+                   "--plan", str(tmp_path / "none.json"), "--serving-hours", "1", "24"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "$56.11" in text and "$119.23" in text and "1.821x" in text and "1.135x" in text
+    data = json.loads(out.read_text())
+    assert round(data["table"]["train_cost_ratio"], 2) == 2.12
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+    assert cli.main(["cost", "--pricing", "spot"]) == 2
+    assert "unknown" in capsys.readouterr().err
