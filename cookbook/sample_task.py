@@ -1,0 +1,199 @@
+"""The cookbook's sample task: generated, deterministic Verilog instructions in chat format.
+
+The paper fine-tuned Gemma 4 31B on Verilog code generation (CodeV-R1). The cookbook keeps
+that spirit with a data set that ships inside the package and needs no download: each row
+asks for a small combinational module and the answer is the module.
+
+    user:  Write a Verilog module named alu_sum that xors two 8-bit inputs.
+    model: module alu_sum(input [7:0] a, b, output [7:0] y);
+             assign y = a ^ b;
+           endmodule
+
+Why it looks like this. The tiny CPU preset is a *random* base model, so LoRA has to learn
+the whole task from scratch in a couple of CPU minutes, and the result must be judged on
+prompts it never saw. Every choice below serves that:
+
+* Held-out module names. Eval rows use module names that never occur in training, so
+  exact match measures *copying the name from the prompt* (what a real model does), not
+  memorising rows. A name is ``<prefix>_<suffix>`` with both pieces from fixed lists of
+  16 words that the cookbook tokenizer encodes as ONE token each: copying a name is then
+  copying two tokens, which a 6-layer model learns much faster than copying a
+  variable-length sequence of sub-word pieces (the earlier attempt recorded in
+  REFERENCE.md used 1-3 pieces of arbitrary split and spent most of its 1,000 steps there).
+  Held-out names are a Latin-square slice of the 16 x 16 grid (2 per prefix, 2 per
+  suffix), so every piece is seen in training in its position; only the pairing is new.
+* Few, clean knobs: 6 operators x 8 widths, one prompt template. The width appears as
+  ``N-bit`` in the prompt and ``[N-1:0]`` in the answer (a lookup the MLP learns fast).
+* Short: prompt and answer render to ~60 tokens with the Gemma 4 chat template, so one
+  example fits the tiny preset's 64-token sliding window (as a real 31B prompt fits its
+  1,024 window) and a batch of 16 x 64 tokens trains quickly on CPU. Packing several
+  examples per row is the data pipeline's job (``cookbook.data``).
+* Exact match is the metric: the answer is fully determined by the prompt, so a
+  completion is right or wrong with no judge; the untrained base scores ~0%.
+
+Everything is a pure function of ``(split, n, seed)``: no files, no randomness from the
+environment, so notebooks, tests and servers all see the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+# One-token words (in the cookbook tokenizer, with a leading space) for module names.
+NAME_PREFIXES: tuple[str, ...] = (
+    "alu", "top", "core", "unit", "block", "data", "addr", "valid",
+    "ready", "enable", "load", "store", "read", "write", "value", "state",
+)  # fmt: skip
+NAME_SUFFIXES: tuple[str, ...] = (
+    "sum", "diff", "prod", "counter", "adder", "register", "mux", "decoder",
+    "encoder", "shifter", "comparator", "parity", "gray", "binary", "fsm", "reg",
+)  # fmt: skip
+# verb in the prompt -> Verilog operator in the answer
+OPERATIONS: dict[str, str] = {
+    "adds": "+",
+    "subtracts": "-",
+    "multiplies": "*",
+    "ands": "&",
+    "ors": "|",
+    "xors": "^",
+}
+WIDTHS: tuple[int, ...] = (2, 4, 8, 12, 16, 24, 32, 64)
+
+PROMPT_TEMPLATE = "Write a Verilog module named {name} that {verb} two {width}-bit inputs."
+ANSWER_TEMPLATE = (
+    "module {name}(input [{msb}:0] a, b, output [{msb}:0] y);\n"
+    "  assign y = a {op} b;\n"
+    "endmodule"
+)
+
+SPLITS = ("train", "eval")
+DEFAULT_SIZES = {"train": 3000, "eval": 200}
+# Markers a completion may end with, depending on how it was decoded (raw ids, vLLM with
+# or without skip_special_tokens): everything from the first one on is not the answer.
+_END_MARKERS = ("<turn|>", "<eos>", "<|turn>")
+
+
+def is_eval_name(prefix_index: int, suffix_index: int) -> bool:
+    """Whether the name (prefix, suffix) is held out for evaluation.
+
+    A Latin-square slice: 32 of the 256 names, two per prefix and two per suffix, so the
+    model sees every piece in training but never these pairings.
+    """
+    return (prefix_index + 3 * suffix_index) % 8 == 0
+
+
+def module_names(split: str) -> list[str]:
+    """All module names of a split, in a fixed order."""
+    _check_split(split)
+    want_eval = split == "eval"
+    return [
+        f"{p}_{s}"
+        for i, p in enumerate(NAME_PREFIXES)
+        for j, s in enumerate(NAME_SUFFIXES)
+        if is_eval_name(i, j) == want_eval
+    ]
+
+
+def make_row(name: str, verb: str, width: int) -> dict[str, Any]:
+    """One chat row: the instruction and its reference module."""
+    if verb not in OPERATIONS:
+        raise ValueError(f"unknown operation {verb!r}; choose one of {sorted(OPERATIONS)}")
+    if width < 1:
+        raise ValueError(f"width must be >= 1 bit, got {width}")
+    prompt = PROMPT_TEMPLATE.format(name=name, verb=verb, width=width)
+    answer = ANSWER_TEMPLATE.format(name=name, msb=width - 1, op=OPERATIONS[verb])
+    return {
+        "messages": [
+            {"role": "user", "content": prompt},
+            {"role": "assistant", "content": answer},
+        ]
+    }
+
+
+def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0) -> list[dict]:
+    """Deterministic rows of the sample task in chat ``messages`` format.
+
+    Args:
+      split: ``"train"`` (names from the training grid) or ``"eval"`` (held-out names).
+      n: how many rows (default 3,000 train, 200 eval). Rows are distinct while ``n`` is at
+        most the number of (name, operation, width) combinations (10,752 train, 1,536 eval);
+        beyond that they repeat in a new shuffled order.
+      seed: shuffles which combinations are drawn and their order.
+
+    Returns:
+      ``[{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}, ...]``.
+    """
+    _check_split(split)
+    n = DEFAULT_SIZES[split] if n is None else n
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    combos = [(name, verb, w) for name in module_names(split) for verb in OPERATIONS for w in WIDTHS]
+    # A split-specific stream, so eval rows do not change when the train size changes.
+    rng = random.Random(f"{seed}:{split}")
+    rows: list[dict] = []
+    while len(rows) < n:
+        order = list(combos)
+        rng.shuffle(order)
+        rows.extend(make_row(*c) for c in order[: n - len(rows)])
+    return rows
+
+
+def prompt_of(row: dict) -> str:
+    """The user instruction of a sample-task row."""
+    return _turn(row, "user")
+
+
+def answer_of(row: dict) -> str:
+    """The reference answer (assistant turn) of a sample-task row."""
+    return _turn(row, "assistant")
+
+
+def clean_completion(completion: str) -> str:
+    """Cut a model completion at its first end-of-turn marker and trim whitespace."""
+    for marker in _END_MARKERS:
+        completion = completion.split(marker, 1)[0]
+    return completion.strip()
+
+
+def exact_match(completion: str, row: dict) -> bool:
+    """Whether ``completion`` is exactly the row's reference answer.
+
+    Trailing ``<turn|>`` / ``<eos>`` (and anything after them) and surrounding whitespace
+    are ignored, so raw decoded ids and vLLM outputs with special tokens skipped compare
+    alike. Everything else, including spaces inside the module, must match.
+    """
+    return clean_completion(completion) == answer_of(row).strip()
+
+
+def exact_match_rate(completions: list[str], rows: list[dict]) -> float:
+    """Fraction of completions that exactly match their rows (0.0 for no rows)."""
+    if len(completions) != len(rows):
+        raise ValueError(f"{len(completions)} completions for {len(rows)} rows; pass one per row")
+    if not rows:
+        return 0.0
+    return sum(exact_match(c, r) for c, r in zip(completions, rows, strict=True)) / len(rows)
+
+
+def write_jsonl(rows: list[dict], path: str | Path) -> Path:
+    """Write rows as JSON lines (what ``cookbook train --data`` and notebook 05 read)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def _turn(row: dict, role: str) -> str:
+    for message in row.get("messages", []):
+        if message.get("role") == role:
+            return message["content"]
+    raise KeyError(f"row has no {role!r} turn: {row!r}")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}; choose one of {SPLITS}")
