@@ -98,8 +98,9 @@ class ModelPreset:
                 has_v = not self.k_eq_v_global
             else:
                 hd, kv, has_v = h, self.num_kv_heads, True
-            attn = d * n * hd + d * kv * hd * (2 if has_v else 1) + n * hd * d
-            attn += 2 * hd  # q_norm, k_norm
+            attn = d * n * hd + n * hd * d + hd  # q, o, q_norm
+            if i < first_shared:  # KV-shared layers reuse an earlier layer's K/V: no k/v/k_norm
+                attn += d * kv * hd * (2 if has_v else 1) + hd
             width = self.hidden_dim * (2 if self.double_wide_mlp and i >= first_shared else 1)
             mlp = 3 * d * width
             norms = 4 * d + 1  # four RMSNorms + layer_scalar

@@ -1,0 +1,72 @@
+"""The tiny base checkpoint: released layout, sharded, deterministic, cached, safe."""
+
+import json
+
+import pytest
+from safetensors import safe_open
+
+from cookbook import base, loader, models, tokenizer
+
+
+def test_tiny_base_has_the_released_layout(tiny_base):
+    files = {p.name for p in tiny_base.iterdir()}
+    assert {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors.index.json"} <= files
+    shards = sorted(set(loader.read_checkpoint_index(tiny_base).values()))
+    assert len(shards) >= 2
+    config = json.loads((tiny_base / "config.json").read_text())
+    assert config["architectures"] == ["Gemma4ForConditionalGeneration"]
+    assert config["text_config"]["attention_k_eq_v"] is True
+    keys = loader.read_checkpoint_index(tiny_base)
+    assert all(k.startswith("model.language_model.") for k in keys)
+    # K = V global layer (5) has no v_proj, sliding layers do.
+    assert "model.language_model.layers.5.self_attn.v_proj.weight" not in keys
+    assert "model.language_model.layers.4.self_attn.v_proj.weight" in keys
+    gen = json.loads((tiny_base / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == tokenizer.stop_token_ids()
+
+
+def test_build_is_deterministic_and_cached(tmp_path, tiny_base):
+    again = base.ensure_base("tiny", out=tmp_path / "b")
+    for shard in sorted(set(loader.read_checkpoint_index(tiny_base).values())):
+        with safe_open(str(tiny_base / shard), "numpy") as a, safe_open(str(again / shard), "numpy") as b:
+            for k in a.keys():
+                assert (a.get_tensor(k) == b.get_tensor(k)).all(), k
+    mtime = (again / "model.safetensors.index.json").stat().st_mtime_ns
+    assert base.ensure_base("tiny", out=again) == again  # reused, not rebuilt
+    assert (again / "model.safetensors.index.json").stat().st_mtime_ns == mtime
+
+
+def test_refuses_to_overwrite_foreign_or_different_dirs(tmp_path, tiny_base):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        base.ensure_base("tiny", out=foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(FileExistsError, match="different base"):
+        base.ensure_base("tiny", out=tiny_base, seed=1)
+
+
+def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "module m; endmodule"}]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    assert text == "<bos><|turn>user\nhi<turn|>\n<|turn>model\nmodule m; endmodule<turn|>\n"
+    prompt = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|turn>model\n")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert ids[:2] == [tokenizer.SPECIAL_TOKEN_IDS["<bos>"], tokenizer.SPECIAL_TOKEN_IDS["<|turn>"]]
+    assert tok.decode(ids) == text
+    assert max(ids) < models.tiny().vocab_size
+    with pytest.raises(Exception, match="Unknown role"):
+        tok.apply_chat_template([{"role": "robot", "content": "x"}], tokenize=False)
+
+
+def test_cli_base_prints_the_directory(tmp_path, capsys):
+    from cookbook.cli import main
+
+    assert main(["base", "--preset", "tiny", "--out", str(tmp_path / "cli")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "cli")
+    assert base.is_complete(tmp_path / "cli")

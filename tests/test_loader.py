@@ -1,0 +1,82 @@
+"""Loading HF Gemma 4 checkpoints into Tunix on a 4 x 2 fake-CPU mesh: logit parity."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from cookbook import loader, models
+
+
+def _logits_both(ckpt, mesh, tokens):
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from transformers import AutoModelForCausalLM, Gemma4ForConditionalGeneration
+    from tunix.sft import utils as sft_utils
+
+    model = loader.load_tunix_model(ckpt, "tiny", mesh=mesh)
+    b, t = tokens.shape
+    pos = jnp.broadcast_to(jnp.arange(t), (b, t))
+    mask = sft_utils.make_causal_attn_mask(jnp.ones((b, t), bool))
+    with mesh:
+        ours = np.asarray(jax.jit(lambda x, p, m: model(x, p, None, m)[0])(jnp.asarray(tokens), pos, mask))
+    config = json.loads((ckpt / "config.json").read_text())
+    cls = Gemma4ForConditionalGeneration if "text_config" in config else AutoModelForCausalLM
+    hf = cls.from_pretrained(ckpt, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(tokens)).logits.numpy()
+    return model, ours, ref
+
+
+def test_tunix_matches_transformers_on_4x2_mesh(tiny_base, mesh_4x2):
+    """Same logits from both frameworks, on sequences twice the sliding window (64)."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(22, 1024, size=(4, 128))  # ids < 22 are special/multimodal markers
+    model, ours, ref = _logits_both(tiny_base, mesh_4x2, tokens)
+    diff = np.abs(ours - ref)
+    # Both are float32; transformers in float32 is itself ~1.4e-4 from its own float64 result
+    # at this length, so the bound is relative to the logits' scale (~5): 1e-4 x max|logit|.
+    assert diff.max() <= 1e-4 * np.abs(ref).max(), diff.max()
+    assert diff.mean() <= 1e-5
+    # A sliding-window bug would show after position 64: logits there must depend on it.
+    assert np.abs(ref[:, 100:]).max() > 1.0
+    # Parameters really are sharded over the mesh (not replicated).
+    emb = model.embedder.input_embedding.value
+    assert emb.sharding.shard_shape(emb.shape) == (1024 // 2, 128 // 4)
+
+
+def test_text_only_layout_loads_too(tiny_base, mesh_4x2, tmp_path):
+    """A Gemma4ForCausalLM checkpoint (keys model.layers.*) loads with the same weights."""
+    import torch
+    from transformers import Gemma4ForCausalLM, Gemma4ForConditionalGeneration
+
+    mm = Gemma4ForConditionalGeneration.from_pretrained(tiny_base, dtype=torch.float32)
+    text = Gemma4ForCausalLM(models.tiny().hf_text_config())
+    missing = text.model.load_state_dict(mm.model.language_model.state_dict(), strict=True)
+    assert not missing.missing_keys
+    out = tmp_path / "text"
+    text.save_pretrained(out, max_shard_size=4_000_000)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tiny_base / f, out / f)
+    assert loader.text_prefix(loader.read_checkpoint_index(out)) == "model."
+    tokens = np.random.default_rng(1).integers(22, 1024, size=(2, 40))
+    _, ours, ref = _logits_both(out, mesh_4x2, tokens)
+    assert np.abs(ours - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_wrong_preset_is_refused_before_loading(tiny_base):
+    with pytest.raises(ValueError, match="does not fit preset 'small'"):
+        loader.load_tunix_model(tiny_base, "small")
+
+
+def test_index_pointing_outside_is_refused(tiny_base, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_base, bad)
+    index = json.loads((bad / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = "../../etc/passwd"
+    (bad / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="outside the checkpoint directory"):
+        loader.read_checkpoint_index(bad)
