@@ -343,7 +343,8 @@ def load_plan_figures(path: str | Path | None = None) -> PlanFigures | None:
 
 
 def predict_training(plan: PlanFigures | None, *, train_tokens_millions: float = PAPER_TPU.train_tokens_millions,
-                     mfu: float = 0.35, real_token_fraction: float = 1.0) -> dict[str, Any]:
+                     mfu: float = 0.35, real_token_fraction: float = 1.0, pricing: str = "on_demand",
+                     overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """This cookbook's predicted training row for the plan's slice: tokens/s, hours, dollars.
 
     step time = TFLOP per chip per step / (chip peak x MFU); tokens/s = tokens per step x
@@ -374,9 +375,10 @@ def predict_training(plan: PlanFigures | None, *, train_tokens_millions: float =
             f"{real_token_fraction:.0%} of each step's tokens are real (packing efficiency)",
         ]
     hours = train_tokens_millions * 1e6 / tps / 3600
-    price = get_price(platform, "on_demand").usd_per_hour
+    price_obj = get_price(platform, pricing, overrides)
+    price = price_obj.usd_per_hour
     assumptions.append(f"{train_tokens_millions:g}M training tokens (the paper's data set)")
-    assumptions.append(f"{platform} on-demand ${price:.2f}/h ({PAPER_DATE} list price)")
+    assumptions.append(f"{platform} {pricing} ${price:.2f}/h (as of {price_obj.as_of}: {price_obj.source})")
     return {"label": "predicted until run on a TPU", "basis": basis, "platform": platform,
             "tokens_per_s": float(tps), "train_hours": float(hours), "train_usd": float(hours * price),
             "usd_per_million_tokens": float(hours * price / train_tokens_millions), "mfu_assumed": mfu,
@@ -398,14 +400,14 @@ def format_table(table: Mapping[str, Any], predicted: Mapping[str, Any] | None =
     ]
     if predicted:
         lines.append(
-            f"| {predicted['platform']} (cookbook, **{predicted['label']}**) | {predicted['train_hours']:.2f} | "
+            f"| {PLATFORMS[predicted['platform']].description} (cookbook, **{predicted['label']}**) | {predicted['train_hours']:.2f} | "
             f"{predicted['tokens_per_s']:.0f} | ${predicted['train_usd']:.2f} | "
             f"${predicted['usd_per_million_tokens']:.2f} |")
     lines.append("")
     lines.append(f"Training: TPU {table['speedup']:.2f}x faster, {table['train_cost_ratio']:.2f}x cheaper "
                  f"({table['pricing']} prices).")
     for h, r in table["total_cost_ratio"].items():
-        lines.append(f"Training + {h:g} h of serving: GPU / TPU cost = {r:.3f}x.")
+        lines.append(f"Training + {float(h):g} h of serving: GPU / TPU cost = {r:.3f}x.")
     if predicted:
         lines.append("")
         lines.append("Predicted row assumptions: " + "; ".join(predicted["assumptions"]) + ".")
@@ -482,7 +484,8 @@ def _cli(args: argparse.Namespace) -> int:
         overrides = parse_price_overrides(args.price)
         table = comparison_table(serving_hours=args.serving_hours, pricing=args.pricing, overrides=overrides)
         curve = cost_curve(max_hours=args.max_hours, pricing=args.pricing, overrides=overrides)
-        predicted = predict_training(load_plan_figures(args.plan), mfu=args.mfu)
+        predicted = predict_training(load_plan_figures(args.plan), mfu=args.mfu, pricing=args.pricing,
+                                     overrides=overrides)
     except (ValueError, UnknownPriceError) as e:
         print(f"cookbook cost: {e}", file=sys.stderr)
         return 2

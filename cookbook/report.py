@@ -259,10 +259,28 @@ def _cost_plot(name: str, curve: Mapping[str, Any]) -> _Plot:
     return _Plot(name=name, png=buf.getvalue(), caption="training + H hours of serving: total cost and GPU/TPU ratio")
 
 
+def _render_cost(stem: str, results: dict[str, Any]) -> tuple[list[str], list[_Plot], set[str]]:
+    """Notebook 09's own view: the paper's table with the predicted row, then the curve."""
+    from cookbook import cost
+
+    if "paper_table" not in results:
+        return [], [], set()
+    lines = [cost.format_table(results["paper_table"], results.get("predicted")), ""]
+    return lines, [], {"paper_table", "predicted", "total_cost_ratio_at_hours"}
+
+
+# Section-specific views, for results whose shape the generic renderer shows poorly.
+CUSTOM_RENDERERS = {"09": _render_cost}
+
+
 def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> tuple[list[str], list[_Plot]]:
     """Markdown lines and plots for one notebook's recorded values."""
     lines: list[str] = []
     plots: list[_Plot] = []
+    custom = CUSTOM_RENDERERS.get(section.prefix)
+    if custom is not None:
+        lines, plots, consumed = custom(stem, dict(results))
+        results = {k: v for k, v in results.items() if k not in consumed}
     pats = [re.compile(p, re.I) for p in section.highlights]
 
     def rank(key: str) -> int:
