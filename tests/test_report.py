@@ -1,0 +1,107 @@
+"""cookbook.report: recorded values flow into report.md / report.html, by shape, per section.
+
+The fixture is a small set of recorded JSONs in the shapes the notebooks record (scalars,
+a loss curve, a memory table as rows, a dict of rows, a step/loss series). The values are
+deliberately odd (e.g. 0.8125, 7.25e-05) so a test only passes if they reach the report.
+Real notebooks feeding the report: tests/test_nb_09_cost_comparison.py.
+"""
+
+import json
+
+import pytest
+
+from cookbook import cost, report
+
+
+def _write(run, name, values, executed=True):
+    (run / f"{name}.json").write_text(json.dumps(values))
+    if executed:
+        (run / f"{name}.ipynb").write_text("{}")
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run, "00_quickstart", {"logit_max_abs_diff": 7.25e-05, "tiny_params": 1_953_664})
+    _write(run, "01_mesh_setup", {"mesh": {"fsdp": 4, "tp": 2}, "runtime": "cpu x 8"})
+    _write(run, "03_sharding_fixes", {"memory_table": [
+        {"what": "params", "bytes_per_device": 123456, "sharding": "fsdp,tp"},
+        {"what": "lora", "bytes_per_device": 4321, "sharding": "fsdp"}]})
+    _write(run, "04_remat", {"remat": {"none": {"temp_mib": 41.5, "step_s": 0.21},
+                                       "decoder": {"temp_mib": 12.25, "step_s": 0.29}}})
+    _write(run, "06_train", {"accuracy_before": 0.0, "accuracy_after": 0.8125,
+                             "loss_curve": [4.5, 3.25, 1.75, 0.375],
+                             "eval": {"step": [0, 50, 100], "eval_loss": [4.4, 2.2, 0.91]}})
+    curve = cost.cost_curve(max_hours=48, points=49)
+    _write(run, "09_cost_comparison", {"paper_table": cost.comparison_table(), "cost_curve": curve.to_dict(),
+                                       "predicted": cost.predict_training(None), "break_even_hours": None})
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    for stem in ("00_quickstart", "01_mesh_setup", "02_lora_naming", "03_sharding_fixes", "04_remat",
+                 "06_train", "09_cost_comparison"):
+        (nbs / f"{stem}.ipynb").write_text("{}")
+    return run, nbs
+
+
+def test_values_flow_into_every_section(run):
+    run_dir, nbs = run
+    rep = report.write_report(run_dir, nbs)
+    md = (run_dir / "report.md").read_text()
+    status = {s.section.prefix: s.status for s in rep.sections}
+    assert status == {"00": "ok", "01": "ok", "02": "not run", "03": "ok", "04": "ok", "05": "absent",
+                      "06": "ok", "07": "absent", "08": "absent", "09": "ok"}
+
+    def part(prefix):
+        start = md.index(f"## {prefix}. ")
+        nxt = md.find("\n## ", start + 1)
+        return md[start: nxt if nxt > 0 else None]
+
+    assert "| logit_max_abs_diff | 7.250e-05 |" in part("00")
+    assert "| mesh.fsdp | 4 |" in part("01") and "| mesh.tp | 2 |" in part("01")
+    assert "| params | 123,456 | fsdp,tp |" in part("03") and "| lora | 4321 | fsdp |" in part("03")
+    assert "| decoder | 12.25 | 0.29 |" in part("04")
+    assert "| accuracy_after | 0.8125 |" in part("06")
+    assert "4 points, first 4.5, last 0.375" in part("06")
+    assert "eval_loss 4.4 → 0.91" in part("06")
+    assert "| TPU v5p-8 (paper, measured) | 3.34 | 763 | $56.11 | $6.10 |" in part("09")
+    assert "predicted until run on a TPU" in part("09")
+    assert "Notebook 05 (Data pipeline) is not part of this cookbook yet." in part("05")
+    assert "02_lora_naming: not run" in part("02")
+    for name in ("06_train_loss_curve", "06_train_eval", "09_cost_comparison_cost_curve"):
+        assert f"report_files/{name}.png" in md
+        assert (run_dir / "report_files" / f"{name}.png").stat().st_size > 5_000
+    page = (run_dir / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert "<td>accuracy_after</td><td>0.8125</td>" in page
+    assert "<a href='06_train.ipynb'>06_train.ipynb</a>" in page
+    assert not rep.errors
+
+
+def test_highlights_come_first(run):
+    run_dir, nbs = run
+    _write(run_dir, "06_train", {"zz_other": 1, "steps": 200, "accuracy_after": 0.8125, "loss_final": 0.3})
+    md = report.write_report(run_dir, nbs).markdown
+    part = md[md.index("## 06. "):]
+    assert part.index("accuracy_after") < part.index("loss_final") < part.index("steps") < part.index("zz_other")
+
+
+def test_ran_but_recorded_nothing_is_an_error(run):
+    run_dir, nbs = run
+    (run_dir / "02_lora_naming.ipynb").write_text("{}")  # executed, no JSON
+    with pytest.raises(report.ReportError, match="02_lora_naming ran but recorded nothing"):
+        report.write_report(run_dir, nbs)
+    assert "ERROR: recorded nothing" in (run_dir / "report.md").read_text()
+    _write(run_dir, "02_lora_naming", {})  # an empty record is no better
+    with pytest.raises(report.ReportError, match="02_lora_naming ran but its record is empty"):
+        report.write_report(run_dir, nbs)
+    rep = report.write_report(run_dir, nbs, strict=False)
+    assert len(rep.errors) == 1
+
+
+def test_unknown_notebook_gets_a_generic_section(run):
+    run_dir, nbs = run
+    (nbs / "10_extra_step.ipynb").write_text("{}")
+    _write(run_dir, "10_extra_step", {"answer": 42})
+    md = report.write_report(run_dir, nbs).markdown
+    assert "## 10. Extra step" in md and "| answer | 42 |" in md
