@@ -1,0 +1,17 @@
+"""Notebook 00 through papermill with non-default parameters, asserting on its results."""
+
+from nbutil import run_notebook
+
+
+def test_quickstart_records_parity_on_another_mesh(tmp_path):
+    results = run_notebook(
+        "00_quickstart", tmp_path, MESH_FSDP=2, MESH_TP=2, PARITY_BATCH=1, PARITY_SEQ_LEN=96, MAX_NEW_TOKENS=4
+    )
+    parity = results["parity"]
+    assert results["mesh"] == [2, 2]
+    assert parity["seq_len"] == 96 > parity["sliding_window"]
+    assert parity["relative_max_diff"] <= 1e-4
+    assert parity["mean_abs_diff"] <= 1e-5
+    assert parity["argmax_agreement"] == 1.0
+    assert results["sample_completion"] != ""
+    assert 1e6 < results["num_params"] < 3e6
