@@ -305,41 +305,75 @@ class PlanFigures:
     source: str
 
 
-def load_plan_figures(path: str | Path | None = None) -> PlanFigures | None:
-    """Read the planner's saved result for 31B on v5p-8 (``cookbook plan --json``), or None.
+def _plan_entries(data: Any) -> list[dict[str, Any]]:
+    """The plan records in a planner JSON: one record, a list, or a list under some key."""
+    if isinstance(data, list):
+        return [d for d in data if isinstance(d, dict)]
+    if isinstance(data, dict):
+        if "flops_per_chip" in data or "tflop_per_chip_per_step" in data or "config" in data:
+            return [data]
+        for value in data.values():
+            entries = _plan_entries(value) if isinstance(value, list | dict) else []
+            if entries:
+                return entries
+    return []
 
-    Accepts the field names ``cookbook plan`` writes, and a few spellings of them, so the
-    cost notebook keeps working while the planner's JSON evolves.
+
+def _entry_config(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {**entry, **(entry.get("config") or {})}
+
+
+def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_31b",
+                      slice_name: str = "v5p-8", prefer: Mapping[str, Any] | None = None) -> PlanFigures | None:
+    """The planner's compiled figures for ``preset`` on ``slice_name``, or None if absent.
+
+    Reads what ``cookbook plan --json`` / ``benchmarks/plan_31b.py`` write (``PlanReport``
+    records: ``flops_per_chip``, ``tokens_per_step``, ``config``). When the file holds
+    several configurations, takes the one the planner recommends for training
+    (``prefer``, default ``cookbook.plan.recommended_training(preset)``), else the
+    compiling one with the fewest FLOPs per token.
     """
     path = Path(path) if path else DEFAULT_PLAN_JSON
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    if isinstance(data, dict) and "results" in data and isinstance(data["results"], list):
-        data = data["results"][0]
+    entries = [e for e in _plan_entries(json.loads(path.read_text())) if e.get("compiles", True)]
+    entries = [e for e in entries
+               if _entry_config(e).get("preset", preset) == preset
+               and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name)))
+               .removeprefix("tpu-") == slice_name]
+    if not entries:
+        raise ValueError(f"{path}: no compiled plan for {preset} on {slice_name}; "
+                         f"run `cookbook plan --preset {preset} --slice {slice_name} --json {path}`")
+    want: Mapping[str, Any] = prefer or {}
+    if prefer is None:
+        try:
+            from cookbook import plan as plan_lib
 
-    def pick(*names: str) -> Any:
-        for n in names:
-            if n in data and data[n] is not None:
-                return data[n]
-        return None
+            want = plan_lib.recommended_training(preset)
+        except Exception:  # the planner module is optional here: fall back to the cheapest plan
+            want = {}
+    keys = ("batch", "seq_len", "remat", "flash", "block")
 
-    tflop = pick("tflop_per_chip_per_step", "tflops_per_chip_per_step", "tflop_per_chip", "tflop_per_step_per_chip")
-    if tflop is None and pick("flops_per_chip_per_step", "flops_per_chip") is not None:
-        tflop = float(pick("flops_per_chip_per_step", "flops_per_chip")) / 1e12
-    batch, seq = pick("batch_size", "batch"), pick("seq_len", "max_seq_len", "sequence_length")
-    tokens = pick("tokens_per_step") or (int(batch) * int(seq) if batch and seq else None)
-    if tflop is None or tokens is None:
-        raise ValueError(f"{path}: cannot find TFLOP per chip per step and tokens per step in its keys "
-                         f"({', '.join(sorted(data))}); rerun `cookbook plan --json {path}`")
-    slice_name = str(pick("slice", "platform", "topology") or "v5p-8")
-    platform = slice_name if slice_name in PLATFORMS else f"tpu-{slice_name.removeprefix('tpu-')}"
-    if platform not in PLATFORMS:
-        raise ValueError(f"{path}: slice {slice_name!r} has no price here; known: {', '.join(PLATFORMS)}")
-    return PlanFigures(preset=str(pick("preset", "model_preset") or "gemma4_31b"), platform=platform,
-                       tflop_per_chip_per_step=float(tflop), tokens_per_step=int(tokens),
-                       peak_hbm_gib_per_chip=pick("peak_gib_per_chip", "peak_hbm_gib", "peak_gib"),
-                       source=f"cookbook plan (deviceless compile), {path.name}")
+    def score(e: Mapping[str, Any]) -> tuple[int, float]:
+        c = _entry_config(e)
+        matches = sum(1 for k in keys if k in want and c.get(k) == want[k])
+        return (-matches, float(e.get("flops_per_token") or 0.0))
+
+    entry = min(entries, key=score)
+    c = _entry_config(entry)
+    if "flops_per_chip" in entry:
+        tflop = float(entry["flops_per_chip"]) / 1e12
+    elif "tflop_per_chip_per_step" in entry:
+        tflop = float(entry["tflop_per_chip_per_step"])
+    else:
+        raise ValueError(f"{path}: plan record has no flops_per_chip; keys: {', '.join(sorted(entry))}")
+    tokens = entry.get("tokens_per_step") or int(c["batch"]) * int(c["seq_len"])
+    total = entry.get("total_bytes")
+    layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
+    return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,
+                       tokens_per_step=int(tokens),
+                       peak_hbm_gib_per_chip=float(total) / 2**30 if total else None,
+                       source=f"cookbook plan (deviceless compile; {layout}), {path.name}")
 
 
 def predict_training(plan: PlanFigures | None, *, train_tokens_millions: float = PAPER_TPU.train_tokens_millions,

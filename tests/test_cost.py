@@ -74,9 +74,17 @@ def test_prices_are_sourced_or_unknown_and_overridable():
 def test_predicted_row_from_plan_figures(tmp_path):
     plan_json = tmp_path / "plan.json"
     # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (REFERENCE.md).
-    plan_json.write_text(json.dumps({"preset": "gemma4_31b", "slice": "v5p-8", "batch_size": 1,
-                                     "seq_len": 4096, "tflop_per_chip_per_step": 228.5}))
-    plan = cost.load_plan_figures(plan_json)
+    # Records shaped like cookbook.plan.PlanReport.to_dict(); the recommended layout wins.
+    def rec(remat, flash, flops, compiles=True):
+        return {"config": {"preset": "gemma4_31b", "slice_name": "v5p-8", "batch": 1, "seq_len": 4096,
+                           "remat": remat, "flash": flash, "block": 512},
+                "compiles": compiles, "flops_per_chip": flops, "tokens_per_step": 4096,
+                "flops_per_token": flops * 4 / 4096, "total_bytes": 18.7 * 2**30}
+    plan_json.write_text(json.dumps({"plans": [rec("none", False, 157.8e12), rec("decoder", False, 1e12, False),
+                                               rec("decoder", True, 228.5e12)]}))
+    assert cost.load_plan_figures(plan_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
+    plan = cost.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
+    assert plan.tflop_per_chip_per_step == pytest.approx(228.5) and "flash True" in plan.source
     assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
     row = cost.predict_training(plan, mfu=0.4)
     step_s = 228.5 / (459 * 0.4)

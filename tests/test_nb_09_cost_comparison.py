@@ -17,8 +17,9 @@ def nb09_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nb09")
     plan = tmp / "plan.json"
     # The v5p-8, 1 x 4096, per-decoder-remat compile measured here (REFERENCE.md).
-    plan.write_text(json.dumps({"preset": "gemma4_31b", "slice": "v5p-8", "batch_size": 1,
-                                "seq_len": 4096, "tflop_per_chip_per_step": 228.5}))
+    plan.write_text(json.dumps({"config": {"preset": "gemma4_31b", "slice_name": "v5p-8", "batch": 1,
+                                           "seq_len": 4096, "remat": "decoder"},
+                                "compiles": True, "flops_per_chip": 228.5e12, "tokens_per_step": 4096}))
     run_dir, rep = demo.run_demo(
         notebooks_dir=REPO / "notebooks", runs_root=tmp / "runs", only=["09"],
         parameters={"PRICE_OVERRIDES": "tpu-v5p-8=12.0, tpu-v6e-8=25.0", "SERVING_HOURS": [2, 48],
