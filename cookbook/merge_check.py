@@ -1,0 +1,147 @@
+"""Checking a merge: Tunix+LoRA logits, transformers logits in a fresh process, a random LoRA run.
+
+The merge is only right if the merged checkpoint, loaded by transformers in a process
+that never saw the LoRA, predicts what the Tunix model with the LoRA applied predicts.
+These helpers compute both sides; ``make_random_lora_run`` writes a LoRA checkpoint in
+the layout ``cookbook train`` writes (Tunix ``CheckpointManager``, LoRA params only,
+``recipe.json``), with random non-zero ``B`` so that the merge changes the model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from cookbook import lora as lora_lib
+from cookbook import merge, models
+
+
+def _lora_config(ckpt: merge.LoraCheckpoint, dropout: float = 0.0) -> lora_lib.LoraConfig:
+    names = sorted({hf.split(".")[-1] for p in ckpt.pairs for hf in merge.peft_export.TUNIX_TO_HF[p.module]},
+                   key=lora_lib.HF_PROJECTIONS.index)
+    return lora_lib.LoraConfig(rank=ckpt.rank, alpha=ckpt.alpha, dropout=dropout, targets=tuple(names))
+
+
+def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: str = "tiny", rank: int = 8,
+                         alpha: float = 16.0, targets: tuple[str, ...] = lora_lib.HF_PROJECTIONS,
+                         step: int = 1, b_std: float = 0.05, seed: int = 0) -> Path:
+    """A LoRA training-run directory with random ``A`` and ``B``, as ``cookbook train`` lays it out."""
+    import jax
+    from flax import nnx
+    from tunix.sft.checkpoint_manager import CheckpointManager
+
+    from cookbook import loader
+
+    p = models.get_preset(preset)
+    run_dir = Path(run_dir)
+    cfg = lora_lib.LoraConfig(rank=rank, alpha=alpha, targets=targets)
+    model = lora_lib.apply_lora(loader.load_tunix_model(base_dir, p), cfg, preset=p, seed=seed)
+    rng = np.random.default_rng(seed)
+    state = nnx.state(model, nnx.LoRAParam)
+    state = jax.tree.map(lambda x: x + rng.normal(0, b_std, x.shape).astype(x.dtype), state)
+    nnx.update(model, state)
+    recipe = {"preset": p.name, "base_dir": str(base_dir),
+              "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0, "targets": list(targets)}}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.json").write_text(json.dumps(recipe, indent=2))
+    manager = CheckpointManager(str(run_dir / "checkpoints"))
+    manager.save(step, model, None, save_only_lora_params=True, force=True, custom_metadata=recipe)
+    manager.close()
+    return run_dir
+
+
+def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None) -> np.ndarray:
+    """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it."""
+    import jax.numpy as jnp
+    from tunix.sft import utils
+    from tunix.sft.checkpoint_manager import CheckpointManager
+
+    from cookbook import loader
+
+    ckpt = merge.open_lora_checkpoint(lora)
+    p = models.get_preset(ckpt.preset or "")
+    model = lora_lib.apply_lora(loader.load_tunix_model(base_dir, p, mesh=mesh), _lora_config(ckpt),
+                                preset=p, mesh=mesh)
+    manager = CheckpointManager(str(ckpt.step_dir.parent))
+    manager.maybe_restore(model, step=ckpt.step, restore_only_lora_params=True)
+    manager.close()
+    tokens = jnp.asarray(tokens, jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    mask = utils.make_causal_attn_mask(jnp.ones(tokens.shape, bool))
+    logits, _ = model(tokens, positions, None, mask)
+    return np.asarray(logits, np.float32)
+
+
+def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """Logits of several checkpoints from transformers (each optionally + a PEFT adapter).
+
+    ``models_`` maps a label to ``(model_dir, adapter_dir or None)``. Computed in one fresh
+    process: that proves the files on disk are all it takes; nothing from this process
+    (a patched module, a cached tensor) can help.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "tokens.npy", np.asarray(tokens, np.int64))
+        spec = {k: [str(m), None if a is None else str(a)] for k, (m, a) in models_.items()}
+        (Path(tmp) / "spec.json").write_text(json.dumps(spec))
+        cmd = [sys.executable, "-m", "cookbook.merge_check", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"transformers failed in a fresh process:\n{done.stderr[-3000:]}")
+        return {k: np.load(Path(tmp) / f"{i}.npy") for i, k in enumerate(spec)}
+
+
+def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None) -> np.ndarray:
+    import torch
+    import transformers
+
+    arch = json.loads((Path(model_dir) / "config.json").read_text())["architectures"][0]
+    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=torch.float32)
+    if adapter_dir is not None:
+        from peft import PeftModel
+        from safetensors import safe_open
+
+        model = PeftModel.from_pretrained(model, adapter_dir)
+        # PEFT loads an adapter whose names fit no module without an error: check every
+        # tensor landed (the v_proj copies on K = V layers are for vLLM; no module there).
+        have = set(model.state_dict())
+        with safe_open(str(Path(adapter_dir) / "adapter_model.safetensors"), framework="pt") as f:
+            names = [k.replace(".weight", ".default.weight") for k in f.keys()]
+        missing = [k for k in names if k not in have and ".v_proj." not in k]
+        if missing or not any(k in have for k in names):
+            raise ValueError(f"adapter {adapter_dir} does not fit {model_dir} ({arch}): e.g. {missing[:1]} "
+                             "has no module. Export the adapter with the layout of this base.")
+    model.eval()
+    with torch.no_grad():
+        ids = torch.as_tensor(tokens)
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().numpy()
+
+
+def sample_tokens(preset: str | models.ModelPreset, *, batch: int = 2, length: int = 48, seed: int = 0) -> np.ndarray:
+    """Random text token ids: skips the 22 special ids (some are image/audio markers)."""
+    p = models.get_preset(preset)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(22, p.vocab_size, size=(batch, length))
+    tokens[:, 0] = 2  # <bos>
+    return tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cookbook.merge_check DIR``: DIR holds spec.json and tokens.npy."""
+    from cookbook.cli import setup_runtime_env
+
+    setup_runtime_env()
+    work = Path((argv or sys.argv[1:])[0])
+    spec = json.loads((work / "spec.json").read_text())
+    tokens = np.load(work / "tokens.npy")
+    for i, (model_dir, adapter_dir) in enumerate(spec.values()):
+        np.save(work / f"{i}.npy", _hf_logits_here(model_dir, tokens, adapter_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
