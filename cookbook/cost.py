@@ -440,7 +440,7 @@ def format_table(table: Mapping[str, Any], predicted: Mapping[str, Any] | None =
     lines.append("")
     lines.append(f"Training: TPU {table['speedup']:.2f}x faster, {table['train_cost_ratio']:.2f}x cheaper "
                  f"({table['pricing']} prices).")
-    for h, r in table["total_cost_ratio"].items():
+    for h, r in sorted(table["total_cost_ratio"].items(), key=lambda kv: float(kv[0])):
         lines.append(f"Training + {float(h):g} h of serving: GPU / TPU cost = {r:.3f}x.")
     if predicted:
         lines.append("")

@@ -41,7 +41,7 @@ class Section:
 
 SECTIONS: tuple[Section, ...] = (
     Section(prefix="00", title="Quickstart", about="the tiny base model next to 31B, and Tunix vs transformers logit parity",
-            highlights=(r"parity|logit", r"param")),
+            highlights=(r"max_abs_diff", r"num_params|param", r"parity|logit")),
     Section(prefix="01", title="Mesh setup", about="the runtime found and the (fsdp, tp) mesh chosen, with why",
             highlights=(r"mesh", r"runtime|device|platform")),
     Section(prefix="02", title="LoRA naming", about="which projections got adapters on each layer type (the K = V trap)",
@@ -59,7 +59,7 @@ SECTIONS: tuple[Section, ...] = (
     Section(prefix="08", title="Serving with vLLM", about="TTFT and throughput against transformers; served fine-tuned accuracy",
             highlights=(r"ttft", r"throughput|tokens_per_s", r"accuracy")),
     Section(prefix="09", title="Cost comparison", about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
-            highlights=(r"ratio", r"usd|cost", r"predict")),
+            highlights=(r"^train_cost_ratio$", r"total_cost_ratio", r"break_even", r"ratio", r"usd|cost")),
 )
 
 
@@ -356,9 +356,29 @@ def _section_markdown(r: SectionResult) -> tuple[list[str], list[_Plot]]:
     return lines, plots
 
 
+def _glance(r: SectionResult, per_section: int = 3) -> str:
+    """A few highlighted values of one section, for the summary table."""
+    if r.status != "ok":
+        return {"absent": "not in this cookbook yet", "not run": "not run"}.get(r.status, r.message)
+    flat = dict(_flatten_scalars(r.results))
+    picked: list[str] = []
+    for pat in r.section.highlights:
+        key = next((k for k in flat if re.search(pat, k, re.I) and k not in picked), None)
+        if key is not None:
+            picked.append(key)
+        if len(picked) == per_section:
+            break
+    for key in flat:  # notebooks without matching keys still show something
+        if len(picked) >= min(per_section, len(flat)):
+            break
+        if key not in picked:
+            picked.append(key)
+    return "; ".join(f"{k} = {_fmt(flat[k])}" for k in picked)
+
+
 def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = "Cookbook run report") -> tuple[str, str, list[_Plot]]:
     """(markdown with ``{plot:NAME}`` placeholders, html, plots)."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()
     log = json.loads((run_dir / DEMO_LOG).read_text()) if (run_dir / DEMO_LOG).is_file() else {}
     lines = [f"# {title}", ""]
     if log:
@@ -366,9 +386,10 @@ def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = 
                      f"{log.get('total_seconds', 0):.0f} s in all; parameters "
                      f"{json.dumps(log.get('parameters', {}))}.")
         lines.append("")
-    lines += _table(["notebook", "status", "seconds"],
+    lines += ["## At a glance", ""]
+    lines += _table(["notebook", "status", "seconds", "key results"],
                     [[r.notebook or f"{r.section.prefix} ({r.section.title})", r.status,
-                      "" if r.seconds is None else f"{r.seconds:.0f}"] for r in sections])
+                      "" if r.seconds is None else f"{r.seconds:.0f}", _glance(r)] for r in sections])
     lines.append("")
     plots: list[_Plot] = []
     for r in sections:

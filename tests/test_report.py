@@ -53,10 +53,14 @@ def test_values_flow_into_every_section(run):
                       "06": "ok", "07": "absent", "08": "absent", "09": "ok"}
 
     def part(prefix):
-        start = md.index(f"## {prefix}. ")
+        start = md.index(f"## {prefix}. " if prefix[0].isdigit() else f"## {prefix}")
         nxt = md.find("\n## ", start + 1)
         return md[start: nxt if nxt > 0 else None]
 
+    glance = part("At a glance")
+    row06 = next(line for line in glance.splitlines() if line.startswith("| 06_train |"))
+    assert "accuracy_before = 0" in row06 and "accuracy_after = 0.8125" in row06
+    assert "train_cost_ratio = 2.125" in glance and "| 05 (Data pipeline) | absent |" in glance
     assert "| logit_max_abs_diff | 7.250e-05 |" in part("00")
     assert "| mesh.fsdp | 4 |" in part("01") and "| mesh.tp | 2 |" in part("01")
     assert "| params | 123,456 | fsdp,tp |" in part("03") and "| lora | 4321 | fsdp |" in part("03")
