@@ -84,12 +84,15 @@ def find_step_dir(path: str | Path, step: int | None = None) -> Path:
 
 
 def _lookup(meta: dict, *names: str) -> Any:
-    """First of ``names`` found at the top level or in a ``lora``/``lora_config`` section."""
-    for section in (meta, meta.get("lora") or {}, meta.get("lora_config") or {}, meta.get("recipe") or {}):
+    """First of ``names`` at the top level, in a ``lora``/``lora_config`` section, or in a
+    nested ``recipe`` (``cookbook train`` stores ``{"recipe": {...}}`` with its checkpoints)."""
+    for section in (meta, meta.get("lora"), meta.get("lora_config")):
         if isinstance(section, dict):
             for n in names:
                 if section.get(n) is not None:
                     return section[n]
+    if isinstance(meta.get("recipe"), dict):
+        return _lookup(meta["recipe"], *names)
     return None
 
 

@@ -45,12 +45,13 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     state = nnx.state(model, nnx.LoRAParam)
     state = jax.tree.map(lambda x: x + rng.normal(0, b_std, x.shape).astype(x.dtype), state)
     nnx.update(model, state)
-    recipe = {"preset": p.name, "base_dir": str(base_dir),
+    # The keys `cookbook train` writes (RUN_DIR/recipe.json and the checkpoints' metadata).
+    recipe = {"model_preset": p.name, "base_dir": str(Path(base_dir).resolve()),
               "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0, "targets": list(targets)}}
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.json").write_text(json.dumps(recipe, indent=2))
     manager = CheckpointManager(str(run_dir / "checkpoints"))
-    manager.save(step, model, None, save_only_lora_params=True, force=True, custom_metadata=recipe)
+    manager.save(step, model, None, save_only_lora_params=True, force=True, custom_metadata={"recipe": recipe})
     manager.close()
     return run_dir
 

@@ -1,0 +1,240 @@
+"""cookbook.merge / peft_export / shards: streamed LoRA merge, PEFT export, safety checks."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cookbook import merge, merge_check, peft_export, shards
+
+REPO = Path(__file__).resolve().parent.parent
+RANK, ALPHA = 8, 16.0
+SHARD = 2 * 2**20  # tiny is ~7.8 MB: several output shards
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_base, tmp_path_factory) -> Path:
+    return merge_check.make_random_lora_run(tiny_base, tmp_path_factory.mktemp("run"), rank=RANK, alpha=ALPHA)
+
+
+@pytest.fixture(scope="module")
+def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
+    """The merged model (released layout, via the API), text-only + PEFT (via the CLI)."""
+    from cookbook import cli
+
+    d = tmp_path_factory.mktemp("out")
+    merge.merge_lora(tiny_base, lora_run, d / "merged", max_shard_bytes=SHARD, progress=False)
+    rc = cli.main(["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only",
+                   "--peft-out", str(d / "peft_text")])
+    assert rc == 0
+    merge.export_peft(lora_run, d / "peft_mm", layout="multimodal")
+    return {"merged": d / "merged", "text": d / "text", "peft_text": d / "peft_text", "peft_mm": d / "peft_mm",
+            "text_base": merge.ensure_text_only_base(tiny_base, "tiny")}
+
+
+@pytest.mark.slow
+def test_merged_logits_match_tunix_with_lora(tiny_base, lora_run, outputs):
+    # 48 tokens: Tunix and transformers agree to ~1e-4 on the base up to ~100 positions.
+    tokens = merge_check.sample_tokens("tiny", batch=2, length=48)
+    want = merge_check.tunix_lora_logits(tiny_base, lora_run, tokens)
+    got = merge_check.hf_logits({
+        "base": (tiny_base, None),
+        "merged": (outputs["merged"], None),
+        "text": (outputs["text"], None),
+        "peft_mm": (tiny_base, outputs["peft_mm"]),
+        "peft_text": (outputs["text_base"], outputs["peft_text"]),
+    }, tokens)
+    diffs = {k: float(np.abs(v - want).max()) for k, v in got.items()}
+    assert diffs["base"] > 0.1, diffs  # the LoRA changes the model, so the merge must matter
+    for k in ("merged", "text", "peft_mm", "peft_text"):
+        assert diffs[k] <= 1e-4, diffs
+
+
+def test_untouched_tensors_are_byte_identical(tiny_base, outputs):
+    from safetensors import safe_open
+
+    from cookbook import loader
+
+    def tensors(d):
+        out = {}
+        for shard in set(loader.read_checkpoint_index(d).values()):
+            with safe_open(str(d / shard), framework="numpy") as f:
+                out.update({k: f.get_tensor(k) for k in f.keys()})
+        return out
+
+    base, merged = tensors(tiny_base), tensors(outputs["merged"])
+    assert set(base) == set(merged)
+    changed = {k for k in base if not np.array_equal(base[k], merged[k])}
+    lora_keys = {k for k in base if k.endswith(("_proj.weight",)) and ".layers." in k}
+    assert changed == lora_keys  # every projection updated, nothing else touched
+    assert all(merged[k].dtype == base[k].dtype for k in base)
+    text = tensors(outputs["text"])
+    assert set(text) == {k.replace("model.language_model.", "model.") for k in base}
+    assert np.array_equal(text["model.layers.5.self_attn.k_proj.weight"],
+                          merged["model.language_model.layers.5.self_attn.k_proj.weight"])
+
+
+def test_output_shards_index_and_side_files(tiny_base, outputs):
+    out = outputs["merged"]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) >= 3 and files == sorted(p.name for p in out.glob("*.safetensors"))
+    total = 0
+    for name in files:
+        refs, meta = shards.read_header(out / name)
+        assert meta == {"format": "pt"}
+        assert {k for k, v in index["weight_map"].items() if v == name} == set(refs)
+        data = sum(r.nbytes for r in refs.values())
+        assert data <= SHARD or len(refs) == 1
+        total += data
+    assert index["metadata"]["total_size"] == total
+    for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+              "chat_template.jinja"):
+        assert (out / f).read_bytes() == (tiny_base / f).read_bytes(), f
+    cfg = json.loads((outputs["text"] / "config.json").read_text())
+    assert cfg["architectures"] == ["Gemma4ForCausalLM"] and cfg["model_type"] == "gemma4_text"
+    assert cfg["num_hidden_layers"] == 6 and cfg["attention_k_eq_v"] is True
+    assert not list(out.parent.glob(".merged.tmp-*"))
+
+
+def test_peft_adapter_config_and_vllm_v_copy(outputs):
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((outputs["peft_text"] / "adapter_config.json").read_text())
+    assert (cfg["r"], cfg["lora_alpha"], cfg["peft_type"]) == (RANK, ALPHA, "LORA")
+    assert sorted(cfg["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                    "up_proj", "down_proj"])
+    t = load_file(str(outputs["peft_text"] / "adapter_model.safetensors"))
+    g = "base_model.model.model.layers.5.self_attn."
+    # Layer 5 is the K = V global layer: vLLM takes V's LoRA from v_proj, so it copies k_proj.
+    for ab in "AB":
+        assert np.array_equal(t[f"{g}v_proj.lora_{ab}.weight"], t[f"{g}k_proj.lora_{ab}.weight"])
+    assert t[f"{g}k_proj.lora_B.weight"].shape == (2 * 64, RANK)
+    assert t["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"].shape == (RANK, 128)
+    mm = json.loads((outputs["peft_mm"] / "adapter_config.json").read_text())
+    assert isinstance(mm["target_modules"], str) and "language_model" in mm["target_modules"]
+
+
+def test_peft_round_trip(lora_run):
+    ckpt = merge.open_lora_checkpoint(lora_run)
+    pairs = merge.read_lora(ckpt)
+    peft = peft_export.tunix_lora_to_peft(pairs, "tiny", {"rank": RANK}, vllm_kv_copy=False)
+    back = peft_export.lora_pairs(peft_export.peft_to_tunix_lora(peft, "tiny"))
+    assert [(p.layer, p.module) for p in back] == [(p.layer, p.module) for p in pairs]
+    for p, q in zip(pairs, back, strict=True):
+        assert np.array_equal(p.a, q.a) and np.array_equal(p.b, q.b), (p.layer, p.module)
+
+
+def test_reads_recipe_without_building_the_model(lora_run):
+    ckpt = merge.open_lora_checkpoint(lora_run)
+    assert (ckpt.rank, ckpt.alpha, ckpt.preset, ckpt.step) == (RANK, ALPHA, "tiny", 1)
+    assert ckpt.layers == tuple(range(6))
+    assert {p.module for p in ckpt.pairs if p.layer == 5} >= {"attn.k_einsum"}
+    assert "attn.kv_einsum" not in {p.module for p in ckpt.pairs if p.layer == 5}
+
+
+def _edit_metadata(run: Path, **changes) -> None:
+    meta_file = run / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
+    meta = json.loads(meta_file.read_text())
+    meta["custom_metadata"]["recipe"].update(changes)
+    meta_file.write_text(json.dumps(meta))
+    recipe = json.loads((run / "recipe.json").read_text())
+    recipe.update(changes)
+    (run / "recipe.json").write_text(json.dumps(recipe))
+
+
+def test_refuses_other_preset_or_rank_before_writing(tiny_base, lora_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(lora_run, run)
+    _edit_metadata(run, model_preset="small")
+    with pytest.raises(ValueError, match="does not fit preset 'small'"):
+        merge.merge_lora(tiny_base, run, tmp_path / "out", progress=False)
+    _edit_metadata(run, model_preset="tiny", lora={"rank": 16, "alpha": 32.0})
+    with pytest.raises(ValueError, match="rank-8 LoRA tensors but its recipe rank 16"):
+        merge.merge_lora(tiny_base, run, tmp_path / "out", progress=False)
+    with pytest.raises(ValueError, match="rank-8 LoRA tensors but you asked for rank 4"):
+        merge.open_lora_checkpoint(lora_run, rank=4)
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # nothing written
+
+
+def test_refuses_lora_from_a_wider_model(tiny_base, tmp_path):
+    import orbax.checkpoint as ocp
+
+    step = tmp_path / "run" / "checkpoints" / "1"
+    tree = {"layers": {"0": {"attn": {"q_einsum": {"w_lora_a": {"value": np.zeros((256, 4), np.float32)},
+                                                   "w_lora_b": {"value": np.zeros((4, 8, 32), np.float32)}}}}}}
+    ocp.PyTreeCheckpointer().save(step / "model_params", tree)
+    (step / "_CHECKPOINT_METADATA").write_text(json.dumps(
+        {"custom_metadata": {"recipe": {"model_preset": "tiny", "lora": {"rank": 4, "alpha": 8.0}}}}))
+    with pytest.raises(ValueError, match=r"layers\.0\.attn\.q_einsum: lora_a/lora_b shapes \(256, 4\)"):
+        merge.merge_lora(tiny_base, tmp_path / "run", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_overwrite_and_escaping_shard_names(tiny_base, lora_run, outputs, tmp_path):
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        merge.merge_lora(tiny_base, lora_run, outputs["merged"], progress=False)
+    bad = tmp_path / "bad_base"
+    shutil.copytree(tiny_base, bad)
+    index = json.loads((bad / "model.safetensors.index.json").read_text())
+    key = next(iter(index["weight_map"]))
+    index["weight_map"][key] = "../" + index["weight_map"][key]
+    (bad / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="points outside"):
+        merge.merge_lora(bad, lora_run, tmp_path / "out", progress=False)
+
+
+def test_overwrite_replaces_atomically(tiny_base, lora_run, tmp_path):
+    out = tmp_path / "m"
+    merge.merge_lora(tiny_base, None, out, preset="tiny", text_only=True, progress=False)  # plain conversion
+    r = merge.merge_lora(tiny_base, lora_run, out, overwrite=True, max_shard_bytes=SHARD, progress=False)
+    assert r.merged_tensors == 41 and r.num_shards >= 3
+    assert json.loads((out / ".cookbook-complete.json").read_text())["rank"] == RANK
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_out_absent_then_rerun_succeeds(tiny_base, lora_run, tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cookbook", "merge", "--lora", str(lora_run), "--base", str(tiny_base),
+           "--out", str(out), "--max-shard-size", "256KiB"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if list(tmp_path.glob(".out.tmp-*/model-*.safetensors")):
+                break  # the first output shard is being written: part-way
+            time.sleep(0.001)
+        assert proc.poll() is None, "merge finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not out.exists()
+    assert list(tmp_path.glob(".out.tmp-*"))  # the partial work is in the hidden temporary
+    r = merge.merge_lora(tiny_base, lora_run, out, max_shard_bytes=256 * 2**10, progress=False)
+    assert r.num_shards > 10 and merge.base.is_complete(out)
+    assert not list(tmp_path.glob(".out.tmp-*"))  # the dead run's temporary was cleaned up
+
+
+def test_ensure_merged_is_cached(lora_run):
+    a = merge.ensure_merged(lora_run, text_only=True, progress=False)
+    mtime = (a / ".cookbook-complete.json").stat().st_mtime_ns
+    assert merge.ensure_merged(lora_run, text_only=True, progress=False) == a
+    assert (a / ".cookbook-complete.json").stat().st_mtime_ns == mtime
+    assert a.parent == lora_run / "merged"
+    assert merge.ensure_merged(lora_run, text_only=False, progress=False) != a
+
+
+def test_plan_shards_and_sizes():
+    ref = lambda n: shards.TensorRef(name="x", path=Path("f"), dtype="U8", shape=(n,), offset=0, nbytes=n)  # noqa: E731
+    groups = shards.plan_shards([shards.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
+    assert [[t.name for t in g] for g in groups] == [["0", "1"], ["2"], ["3"]]
+    assert shards.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert merge._size("5GB") == 5 * 10**9 and merge._size("256KiB") == 256 * 1024
