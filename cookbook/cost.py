@@ -291,6 +291,8 @@ def comparison_table(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *,
 # --- the cookbook's predicted row -------------------------------------------------------
 
 DEFAULT_PLAN_JSON = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "plan_31b.json"
+# The planner's assumed MFU (cookbook.plan.DEFAULT_MFU; not imported, to keep JAX out of here).
+DEFAULT_MFU = 0.40
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -377,7 +379,7 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
 
 
 def predict_training(plan: PlanFigures | None, *, train_tokens_millions: float = PAPER_TPU.train_tokens_millions,
-                     mfu: float = 0.35, real_token_fraction: float = 1.0, pricing: str = "on_demand",
+                     mfu: float = DEFAULT_MFU, real_token_fraction: float = 1.0, pricing: str = "on_demand",
                      overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """This cookbook's predicted training row for the plan's slice: tokens/s, hours, dollars.
 
@@ -505,7 +507,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-hours", type=float, default=168.0, help="end of the cost curve")
     p.add_argument("--plan", type=Path, default=None,
                    help=f"planner JSON for the predicted row (default {DEFAULT_PLAN_JSON})")
-    p.add_argument("--mfu", type=float, default=0.35, help="assumed MFU for the predicted row")
+    p.add_argument("--mfu", type=float, default=DEFAULT_MFU, help="assumed MFU for the predicted row")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="also draw the cost curve to this PNG")
     p.set_defaults(func=_cli)

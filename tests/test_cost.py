@@ -118,3 +118,9 @@ def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     assert (tmp_path / "c.png").stat().st_size > 10_000
     assert cli.main(["cost", "--pricing", "spot"]) == 2
     assert "unknown" in capsys.readouterr().err
+
+
+def test_default_mfu_is_the_planners():
+    from cookbook import plan
+
+    assert cost.DEFAULT_MFU == plan.DEFAULT_MFU
