@@ -199,6 +199,17 @@ def _is_series_dict(v: Any) -> bool:
             and len({len(x) for x in lists}) == 1)
 
 
+def _is_numeric_rows(v: Any) -> bool:
+    """``[{"step": 0, "loss": 4.1}, ...]``: a long log of numbers, better drawn than listed."""
+    return (_is_rows(v) and len(v) >= 8 and len({tuple(x) for x in v}) == 1 and len(v[0]) >= 2
+            and all(_is_num(y) for x in v for y in x.values()))
+
+
+def _is_curve_dict(v: Any) -> bool:
+    """``{"train_loss": [...], "eval_loss": [...]}`` with lengths that differ."""
+    return isinstance(v, dict) and len(v) >= 1 and all(_is_curve(x) for x in v.values())
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(_fmt(h) for h in header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
@@ -313,6 +324,18 @@ def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> t
             xname, ynames = names[0], names[1:]
             plots.append(_plot_series(slug, v[xname], {f"{n} vs {xname}": v[n] for n in ynames[:4]}, k))
             lines.append(f"**{k}**: " + ", ".join(f"{n} {_fmt(v[n][0])} → {_fmt(v[n][-1])}" for n in ynames))
+            lines.append(f"\n![{k}]({{plot:{slug}}})\n")
+        elif _is_numeric_rows(v):
+            cols = list(v[0])
+            series = {c: [row[c] for row in v] for c in cols}
+            plots.append(_plot_series(slug, series[cols[0]], {f"{c} vs {cols[0]}": series[c] for c in cols[1:5]}, k))
+            lines.append(f"**{k}**: {len(v)} rows; " + ", ".join(
+                f"{c} {_fmt(series[c][0])} → {_fmt(series[c][-1])}" for c in cols[1:]))
+            lines.append(f"\n![{k}]({{plot:{slug}}})\n")
+        elif _is_curve_dict(v):
+            plots.append(_plot_series(slug, None, {n: x for n, x in list(v.items())[:4]}, k))
+            lines.append(f"**{k}**: " + ", ".join(f"{n} {_fmt(x[0])} → {_fmt(x[-1])} ({len(x)} points)"
+                                                  for n, x in v.items()))
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_rows(v):
             cols = list(dict.fromkeys(c for row in v for c in row))

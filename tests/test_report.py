@@ -32,7 +32,9 @@ def run(tmp_path):
                                        "decoder": {"temp_mib": 12.25, "step_s": 0.29}}})
     _write(run, "06_train", {"accuracy_before": 0.0, "accuracy_after": 0.8125,
                              "loss_curve": [4.5, 3.25, 1.75, 0.375],
-                             "eval": {"step": [0, 50, 100], "eval_loss": [4.4, 2.2, 0.91]}})
+                             "eval": {"step": [0, 50, 100], "eval_loss": [4.4, 2.2, 0.91]},
+                             "log": [{"step": i, "loss": 5.0 - i / 4} for i in range(10)],
+                             "curves": {"train": [3.0, 2.0, 1.0, 0.5], "eval": [3.1, 1.9, 1.2]}})
     curve = cost.cost_curve(max_hours=48, points=49)
     _write(run, "09_cost_comparison", {"paper_table": cost.comparison_table(), "cost_curve": curve.to_dict(),
                                        "predicted": cost.predict_training(None), "break_even_hours": None})
@@ -68,15 +70,18 @@ def test_values_flow_into_every_section(run):
     assert "| accuracy_after | 0.8125 |" in part("06")
     assert "4 points, first 4.5, last 0.375" in part("06")
     assert "eval_loss 4.4 → 0.91" in part("06")
+    assert "**log**: 10 rows; loss 5 → 2.75" in part("06")
+    assert "train 3 → 0.5 (4 points), eval 3.1 → 1.2 (3 points)" in part("06")
     assert "| TPU v5p-8 (paper, measured) | 3.34 | 763 | $56.11 | $6.10 |" in part("09")
     assert "predicted until run on a TPU" in part("09")
     assert "Notebook 05 (Data pipeline) is not part of this cookbook yet." in part("05")
     assert "02_lora_naming: not run" in part("02")
-    for name in ("06_train_loss_curve", "06_train_eval", "09_cost_comparison_cost_curve"):
+    for name in ("06_train_loss_curve", "06_train_eval", "06_train_log", "06_train_curves",
+                 "09_cost_comparison_cost_curve"):
         assert f"report_files/{name}.png" in md
         assert (run_dir / "report_files" / f"{name}.png").stat().st_size > 5_000
     page = (run_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3
+    assert page.count("data:image/png;base64,") == 5
     assert "<td>accuracy_after</td><td>0.8125</td>" in page
     assert "<a href='06_train.ipynb'>06_train.ipynb</a>" in page
     assert not rep.errors
