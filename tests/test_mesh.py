@@ -1,0 +1,163 @@
+"""cookbook.mesh: slices as data, mesh choice and validation, runtime detection, multi-host."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import pytest
+
+from cookbook import mesh as M
+
+
+def test_make_mesh_axes_and_auto_types(mesh_4x2):
+    import jax
+
+    assert dict(mesh_4x2.shape) == {"fsdp": 4, "tp": 2}
+    assert mesh_4x2.axis_types == (jax.sharding.AxisType.Auto,) * 2
+    with pytest.raises(ValueError, match="needs 16 devices"):
+        M.make_mesh(4, 4)
+
+
+def test_known_slices_carry_the_datasheet_figures():
+    v5p, v6e = M.SLICES["v5p-8"], M.SLICES["v6e-8"]
+    assert (v5p.num_chips, v5p.chip.hbm_bytes, v5p.chip.bf16_flops) == (4, 95e9, 459e12)
+    assert (v6e.num_chips, v6e.chip.hbm_bytes, v6e.chip.bf16_flops) == (8, 32e9, 918e12)
+    assert v5p.chip.hbm_bytes_per_s == 2765e9 and v6e.chip.hbm_bytes_per_s == 1640e9
+    assert v5p.hbm_bytes == 380e9 and math.isclose(v6e.bf16_flops, 8 * 918e12)
+    for s in M.SLICES.values():
+        assert s.num_chips % s.num_hosts == 0, s.name
+        dims = [int(x) for x in s.topology.split(":")[1].split("x")]
+        assert math.prod(dims) == s.num_chips, s.name
+    assert "459 TFLOP/s" in v5p.describe()
+    with pytest.raises(ValueError, match="known: v5p-8"):
+        M.get_slice("v5p-7")
+
+
+def test_slice_topologies_give_the_right_tpu_devices_without_a_tpu(monkeypatch):
+    """libtpu (installed for AOT compilation) describes each slice; no TPU needed."""
+    from jax.experimental import topologies
+
+    # another process (a planner run) may hold libtpu's lockfile
+    monkeypatch.setenv(
+        "ALLOW_MULTIPLE_LIBTPU_LOAD", os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    )
+    for name in ("v5p-8", "v6e-8", "v5e-8", "v5p-16"):
+        s = M.SLICES[name]
+        devices = topologies.get_topology_desc(platform="tpu", topology_name=s.topology).devices
+        assert len(devices) == s.num_chips, name
+        assert M.chip_of(devices[0].device_kind) == s.chip.name, devices[0].device_kind
+
+
+def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
+    c = M.choose_mesh("gemma4_31b", "v5p-8", batch=1)
+    assert c.shape == (1, 4)  # the paper's mesh
+    assert "global KV heads = 4" in c.reason and "query heads: 32" in c.reason
+    c = M.choose_mesh("gemma4_31b", "v6e-8", batch=2)
+    assert c.shape == (2, 4)
+    assert M.choose_mesh("tiny", 8, batch=4).shape == (4, 2)
+    assert M.max_tp("gemma4_31b") == (4, "global KV heads")
+    assert M.max_tp("tiny") == (2, "global KV heads")
+    with pytest.raises(M.MeshError, match="multiple of 2"):
+        M.choose_mesh("gemma4_31b", "v6e-8", batch=1)
+
+
+@pytest.mark.parametrize(
+    "preset, fsdp, tp, batch, dimension",
+    [
+        ("gemma4_31b", 1, 8, 1, "global KV heads = 4"),
+        ("gemma4_31b", 2, 4, 1, "batch = 1"),
+        ("tiny", 2, 4, 4, "global KV heads = 2"),
+        ("tiny", 4, 2, 6, "batch = 6"),
+        ("tiny", 1, 8, None, "KV heads (sliding layers) = 4"),
+    ],
+)
+def test_validate_mesh_names_the_dimension_and_the_valid_choices(
+    preset, fsdp, tp, batch, dimension
+):
+    with pytest.raises(M.MeshError) as err:
+        M.validate_mesh(preset, fsdp, tp, batch)
+    msg = str(err.value)
+    assert dimension in msg
+    assert "valid (fsdp, tp)" in msg
+
+
+def test_valid_meshes():
+    assert M.valid_meshes("tiny", 8, batch=4) == [(4, 2)]
+    assert M.valid_meshes("tiny", 8) == [(8, 1), (4, 2)]
+    assert M.valid_meshes("gemma4_31b", 4, batch=1) == [(1, 4)]
+    assert M.valid_meshes("gemma4_31b", 8, batch=2) == [(2, 4)]
+    M.validate_mesh("gemma4_31b", 1, 4, 1)
+    M.validate_mesh("gemma4_31b", 2, 4, 2, num_devices=8)
+    with pytest.raises(M.MeshError, match="not the 8 available"):
+        M.validate_mesh("gemma4_31b", 1, 4, 1, num_devices=8)
+
+
+def _params_divide(model, fsdp: int, tp: int) -> bool:
+    from flax import nnx
+
+    sizes = {"fsdp": fsdp, "tp": tp, None: 1}
+    for _, var in nnx.state(model, nnx.Param).flat_state():
+        names = getattr(var, "sharding_names", None) or ()
+        shape = var.get_value().shape
+        for dim, axis in zip(shape, names, strict=False):
+            if dim % sizes[axis]:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["tiny", "gemma4_31b"])
+def test_rules_agree_with_the_tunix_parameter_shardings(name):
+    """validate_mesh accepts a mesh iff every Tunix weight's sharded dims divide (abstract model)."""
+    from cookbook import lora
+
+    model = lora.abstract_model(name)
+    for fsdp, tp in itertools.product([1, 2, 4, 8, 16], repeat=2):
+        try:
+            M.validate_mesh(name, fsdp, tp)
+            ok = True
+        except M.MeshError:
+            ok = False
+        assert ok == _params_divide(model, fsdp, tp), (name, fsdp, tp)
+
+
+def test_an_invalid_mesh_really_fails_to_load_and_a_valid_one_loads(tiny_base):
+    from cookbook import loader
+
+    with pytest.raises(M.MeshError, match="global KV heads"):
+        M.validate_mesh("tiny", 2, 4)
+    with pytest.raises(ValueError, match="evenly divide"):  # what validate_mesh spares the user
+        loader.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(2, 4))
+    model = loader.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(4, 2))
+    w = model.layers[5].attn.k_einsum.w.get_value()
+    assert {s.data.shape for s in w.addressable_shards} == {(1, 32, 64)}  # (K/tp, D/fsdp, H)
+
+
+def test_detect_runtime_on_the_fake_cpu_host():
+    rt = M.detect_runtime()
+    assert rt.platform == "cpu" and rt.num_devices == 8 and rt.fake_cpu_devices
+    assert rt.slice is not None and rt.slice.num_chips == 8
+    assert rt.describe().startswith("CPU: 8 devices (fake")
+    assert M.chip_of("TPU v6 lite") == "v6e" and M.chip_of("TPU v5") == "v5p"
+    assert M.chip_of("TPU v5 lite") == "v5e"
+
+
+def test_initialize_distributed_is_a_noop_on_one_host(monkeypatch):
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    info = M.initialize_distributed()
+    assert (info.initialized, info.mode, info.process_count) == (False, "single-host", 1)
+    with pytest.raises(ValueError, match="needs coordinator"):
+        M.initialize_distributed(num_processes=2)
+
+
+def test_two_local_processes_build_one_global_mesh_and_agree():
+    results = M.run_local_multiprocess(num_processes=2, devices_per_process=4, tp=2)
+    assert [r["process_index"] for r in results] == [0, 1]
+    for r in results:
+        assert (r["process_count"], r["global_devices"], r["local_devices"]) == (2, 8, 4)
+        assert r["mode"] == "explicit"
+        assert r["sum_sq"] == pytest.approx(r["expected"], rel=1e-5)
+        assert r["trace"] == pytest.approx(r["expected"], rel=1e-5)
+    assert results[0]["sum_sq"] == results[1]["sum_sq"]
+    assert results[0]["trace"] == results[1]["trace"]
