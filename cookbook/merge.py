@@ -27,6 +27,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +243,15 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     dtypes = {refs[k].dtype for k in touched}
     if len(dtypes) > 1:
         raise ValueError(f"{base_dir}: the weights LoRA updates mix dtypes {sorted(dtypes)}; expected one")
+    cfg = json.loads((base_dir / "config.json").read_text()) if (base_dir / "config.json").is_file() else {}
+    declared = (cfg.get("text_config") or cfg).get("dtype") or cfg.get("torch_dtype")
+    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+    if declared and dtypes and names[next(iter(dtypes))] != declared:
+        raise ValueError(f"{base_dir}: config.json declares dtype {declared!r} but the weights are "
+                         f"{names[next(iter(dtypes))]}; the checkpoint and its config disagree")
+    if ckpt is not None and ckpt.base_dir and Path(ckpt.base_dir).resolve() != base_dir.resolve():
+        warnings.warn(f"merging into {base_dir}, but the LoRA was trained on {ckpt.base_dir}; make sure "
+                      "they hold the same weights (shapes alone cannot tell)", stacklevel=3)
     out = []
     for key, ref in refs.items():
         name = _output_name(key, prefix, text_only)
@@ -320,7 +330,7 @@ def _clean_stale_tmp(out: Path) -> None:
 
 def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, out_dir: str | Path, *,
                text_only: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-               overwrite: bool = False, preset: str | None = None, progress: bool = True,
+               overwrite: bool = False, preset: str | models.ModelPreset | None = None, progress: bool = True,
                record: dict | None = None) -> MergeResult:
     """Merge ``lora`` into ``base_dir``'s weights and write Hugging Face safetensors to ``out_dir``.
 

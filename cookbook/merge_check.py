@@ -56,6 +56,24 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     return run_dir
 
 
+def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float = 16.0, seed: int = 0) -> Path:
+    """``make_random_lora_run`` on the preset's cached base, itself cached under $COOKBOOK_CACHE."""
+    import hashlib
+
+    from cookbook import base
+
+    base_dir = base.ensure_base(preset)
+    key = hashlib.sha256(json.dumps([str(base_dir.resolve()), rank, alpha, seed, 1]).encode()).hexdigest()[:10]
+    run_dir = base.cache_root() / "lora_random" / f"{preset}-r{rank}-{key}"
+    if not (run_dir / ".complete").is_file():
+        import shutil
+
+        shutil.rmtree(run_dir, ignore_errors=True)
+        make_random_lora_run(base_dir, run_dir, preset=preset, rank=rank, alpha=alpha, seed=seed)
+        (run_dir / ".complete").write_text("")
+    return run_dir
+
+
 def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None) -> np.ndarray:
     """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it."""
     import jax.numpy as jnp
@@ -146,3 +164,84 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --------------------------------------------------------------------------------------
+# Tables and the 31B extrapolation for notebook 07
+def checkpoint_table(ckpt: merge.LoraCheckpoint) -> list[dict]:
+    """One row per LoRA pair: Tunix module, shapes, and the Hugging Face weights it updates."""
+    p = models.get_preset(ckpt.preset or "")
+    rows = []
+    for pair in ckpt.pairs:
+        hf = list(merge.peft_export.TUNIX_TO_HF[pair.module])
+        rows.append({"layer": pair.layer, "kind": p.layer_kinds[pair.layer], "tunix": pair.module,
+                     "lora_a": tuple(pair.a.shape), "lora_b": tuple(pair.b.shape), "hf": ", ".join(hf)})
+    return rows
+
+
+def shard_table(out_dir: str | Path) -> list[dict]:
+    """Output shards: name, tensors, bytes."""
+    from cookbook import shards
+
+    index = json.loads((Path(out_dir) / "model.safetensors.index.json").read_text())
+    rows = []
+    for name in sorted(set(index["weight_map"].values())):
+        refs, _ = shards.read_header(Path(out_dir) / name)
+        rows.append({"shard": name, "tensors": len(refs), "bytes": sum(r.nbytes for r in refs.values())})
+    return rows
+
+
+def extrapolate_merge(bench: dict, preset: str | models.ModelPreset = "gemma4_31b") -> dict:
+    """Time and memory of merging the full model, from ``benchmarks/results/merge_bench.json``.
+
+    Time: least-squares line through (bytes, seconds) of the measured layer counts, at the
+    full model's bytes. Memory: ours is flat (the largest measured peak); Tunix's saver
+    holds the model in RAM, so its measured peak per base byte is scaled to the model.
+    """
+    p = models.get_preset(preset)
+    full_bytes = p.num_params() * np.dtype(np.float16).itemsize  # bf16 weights
+    runs = bench["runs"]
+    x = np.array([r["base_bytes"] for r in runs], float)
+    out = {"preset": p.name, "model_bytes": full_bytes, "layers": p.num_layers}
+    for what in ("merge", "copy"):
+        y = np.array([r[f"{what}_seconds"] for r in runs], float)
+        slope, icpt = np.polyfit(x, y, 1) if len(runs) > 1 else (y[0] / x[0], 0.0)
+        out[f"{what}_seconds"] = float(slope * full_bytes + icpt)
+    out["merge_over_copy"] = out["merge_seconds"] / out["copy_seconds"]
+    out["merge_peak_rss_bytes"] = max(r["merge_peak_rss_bytes"] for r in runs)
+    tun = [r for r in runs if "tunix_peak_rss_bytes" in r]
+    if tun:
+        r = tun[0]
+        out["tunix_peak_rss_bytes"] = r["tunix_peak_rss_bytes"] / r["base_bytes"] * full_bytes
+        out["tunix_seconds"] = r["tunix_seconds"] / r["base_bytes"] * full_bytes
+    return out
+
+
+def plot_bench(bench: dict, extrap: dict, axes=None):
+    """Peak RSS and time against checkpoint size: measured points and the 31B extrapolation."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    runs = bench["runs"]
+    gb = [r["base_bytes"] / 1e9 for r in runs]
+    full = extrap["model_bytes"] / 1e9
+    ax = axes[0]
+    ax.plot(gb, [r["merge_peak_rss_bytes"] / 2**30 for r in runs], "o-", label="cookbook merge (measured)")
+    ax.plot([gb[-1], full], [extrap["merge_peak_rss_bytes"] / 2**30] * 2, "--", color="C0", label="extrapolated")
+    tun = [r for r in runs if "tunix_peak_rss_bytes" in r]
+    if tun:
+        ax.plot([r["base_bytes"] / 1e9 for r in tun], [r["tunix_peak_rss_bytes"] / 2**30 for r in tun], "s",
+                color="C3", label="Tunix saver (measured)")
+        ax.plot([tun[0]["base_bytes"] / 1e9, full],
+                [tun[0]["tunix_peak_rss_bytes"] / 2**30, extrap["tunix_peak_rss_bytes"] / 2**30], "--",
+                color="C3", label="Tunix extrapolated")
+    ax.set(xlabel="checkpoint size (GB)", ylabel="peak RSS (GiB)", yscale="log", title="host memory")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    ax.plot(gb, [r["merge_seconds"] for r in runs], "o-", label="cookbook merge")
+    ax.plot(gb, [r["copy_seconds"] for r in runs], "^-", label="plain copy")
+    ax.plot([full], [extrap["merge_seconds"]], "o", mfc="none", color="C0", label=f"{extrap['preset']} (extrapolated)")
+    ax.set(xlabel="checkpoint size (GB)", ylabel="seconds", title="wall time (same disk)")
+    ax.legend(fontsize=8)
+    return axes

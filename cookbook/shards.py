@@ -179,7 +179,8 @@ def write_shard(path: str | Path, tensors: list[OutTensor], metadata: dict[str, 
                     dtype = numpy_dtype(t.src.dtype)
                     for start, rows in _iter_rows(t, src, block_bytes):
                         new = t.update(rows.astype(np.float32), start).astype(dtype)
-                        _write_all(dst, memoryview(np.ascontiguousarray(new)).cast("B"))
+                        # a uint8 view: memoryview cannot export ml_dtypes (bfloat16, fp8)
+                        _write_all(dst, memoryview(np.ascontiguousarray(new).reshape(-1).view(np.uint8)))
                 if progress is not None:
                     progress(t.src.nbytes)
             os.fsync(dst)

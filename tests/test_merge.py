@@ -20,8 +20,9 @@ SHARD = 2 * 2**20  # tiny is ~7.8 MB: several output shards
 
 
 @pytest.fixture(scope="module")
-def lora_run(tiny_base, tmp_path_factory) -> Path:
-    return merge_check.make_random_lora_run(tiny_base, tmp_path_factory.mktemp("run"), rank=RANK, alpha=ALPHA)
+def lora_run(tiny_base) -> Path:
+    """A Tunix LoRA run with random non-zero A and B (cached; notebook 07's test shares it)."""
+    return merge_check.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +224,8 @@ def test_sigkill_leaves_out_absent_then_rerun_succeeds(tiny_base, lora_run, tmp_
     assert not list(tmp_path.glob(".out.tmp-*"))  # the dead run's temporary was cleaned up
 
 
-def test_ensure_merged_is_cached(lora_run):
+def test_ensure_merged_is_cached(lora_run, tmp_path):
+    lora_run = Path(shutil.copytree(lora_run, tmp_path / "run"))
     a = merge.ensure_merged(lora_run, text_only=True, progress=False)
     mtime = (a / ".cookbook-complete.json").stat().st_mtime_ns
     assert merge.ensure_merged(lora_run, text_only=True, progress=False) == a
@@ -238,3 +240,23 @@ def test_plan_shards_and_sizes():
     assert [[t.name for t in g] for g in groups] == [["0", "1"], ["2"], ["3"]]
     assert shards.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert merge._size("5GB") == 5 * 10**9 and merge._size("256KiB") == 256 * 1024
+
+
+def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
+    import ml_dtypes
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    w = torch.randn(300, 40).to(torch.bfloat16)
+    save_file({"w": w, "n": torch.ones(40, dtype=torch.bfloat16)}, str(tmp_path / "in.safetensors"))
+    refs, _ = shards.read_header(tmp_path / "in.safetensors")
+    delta = np.random.default_rng(0).normal(0, 0.01, (300, 40)).astype(np.float32)
+    fn = lambda rows, start: rows + delta[start:start + rows.shape[0]]  # noqa: E731
+    # block_bytes small enough that the update runs in several row blocks
+    shards.write_shard(tmp_path / "out.safetensors", [shards.OutTensor(name="w", src=refs["w"], update=fn),
+                                                       shards.OutTensor(name="n", src=refs["n"])],
+                       {"format": "pt"}, block_bytes=4096)
+    out = load_file(str(tmp_path / "out.safetensors"))
+    want = (w.float().numpy() + delta).astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert out["w"].dtype == torch.bfloat16 and np.array_equal(out["w"].float().numpy(), want)
+    assert torch.equal(out["n"], torch.ones(40, dtype=torch.bfloat16))

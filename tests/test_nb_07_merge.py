@@ -1,0 +1,22 @@
+"""Notebook 07 with a random-LoRA run and small output shards: logits match, shards are bounded."""
+
+import pytest
+from nbutil import run_notebook
+
+from cookbook import merge_check
+
+
+@pytest.mark.slow
+def test_nb_07_merge(tmp_path):
+    run = merge_check.ensure_random_lora_run("tiny", rank=8, alpha=16.0)
+    res = run_notebook("07_merge", tmp_path, RUN_DIR=str(run), MAX_SHARD_GB=0.002, VERIFY_LEN=32)
+    diffs = res["logit_max_abs_diff"]
+    assert diffs["base (no LoRA)"] > 0.1
+    for k in ("merged", "merged, text-only", "PEFT on base", "PEFT on text-only base"):
+        assert diffs[k] <= 1e-4, diffs
+    assert (res["rank"], res["alpha"], res["preset"]) == (8, 16.0, "tiny")
+    assert res["num_shards"] >= 3 and res["largest_shard_bytes"] <= int(0.002 * 2**30)
+    assert res["lora_pairs"] == 36  # 6 layers x (q, kv or k, o, gate, up, down)
+    ex = res["extrapolated_31b"]
+    assert ex["layers"] == 60 and ex["model_bytes"] > 60e9
+    assert ex["merge_peak_rss_bytes"] < 4 * 2**30 < ex["tunix_peak_rss_bytes"]
