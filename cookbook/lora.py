@@ -102,6 +102,21 @@ class LoraConfig:
         return self.alpha / self.rank
 
 
+def parse_targets(text: str) -> tuple[str, ...] | str:
+    """Targets from one string (a notebook parameter or a CLI flag), as PEFT reads them.
+
+    ``"all-linear"`` stays; text with regex characters (``*\\()[]|^$+?``) is a regex;
+    anything else is a comma-separated list of names: ``"q_proj,v_proj"``.
+    """
+    text = text.strip()
+    if text == ALL_LINEAR or re.search(r"[*\\()\[\]|^$+?]", text):
+        return text
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:
+        raise ValueError("no LoRA targets given: name projections, 'all-linear', or a regex")
+    return names
+
+
 # --------------------------------------------------------------------------------------
 # The adaptable weights of a preset
 
@@ -431,6 +446,36 @@ def format_coverage(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def coverage_of_model(model, preset: str | models.ModelPreset) -> list[dict[str, Any]]:
+    """Coverage rows read from the LoRA parameters a (possibly abstract) model really has.
+
+    Unlike :func:`coverage_rows`, which evaluates a regex on the preset's layer list, this
+    looks at what Qwix created, so it shows exactly what training would update.
+    """
+    p = models.get_preset(preset)
+    adapted = {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in lora_param_shapes(model)}
+    rows: dict[int, dict[str, Any]] = {}
+    for pr in projections(p):
+        row = rows.setdefault(
+            pr.layer,
+            {"layer": pr.layer, "kind": pr.kind, **dict.fromkeys(HF_PROJECTIONS), "tunix": []},
+        )
+        for h in pr.hf_names:
+            row[h] = pr.tunix_path in adapted
+        if pr.tunix_path in adapted:
+            row["tunix"].append(_split_leaf(pr.tunix_path)[1])
+    return [rows[i] for i in sorted(rows)]
+
+
+def coverage_matrix(rows: list[dict[str, Any]]):
+    """Layers x projections array for a plot: 1 adapted, 0 not adapted, -1 no such projection."""
+    import numpy as np
+
+    return np.array(
+        [[-1 if r[h] is None else int(r[h]) for h in HF_PROJECTIONS] for r in rows], dtype=int
+    )
+
+
 # --------------------------------------------------------------------------------------
 # Parameter counts
 
@@ -704,6 +749,51 @@ def abstract_lora_model(
 
     with fast_abstract_tracing():
         return nnx.eval_shape(build)
+
+
+def abstract_qwix_model(
+    preset: str | models.ModelPreset, module_path: str, *, rank: int = 16, alpha: float = 32.0
+):
+    """Qwix LoRA with a raw ``module_path`` on the abstract model, with no checks at all.
+
+    This is what a hand-written Qwix call does (e.g. the common ``".*kv_einsum"``); use
+    :func:`coverage_of_model` on the result to see which projections got adapters.
+    """
+    import qwix
+    from flax import nnx
+    from tunix.models.gemma4 import model as gemma4
+
+    p = models.get_preset(preset)
+    cfg = p.tunix_config()
+    provider = qwix.LoraProvider(module_path=module_path, rank=rank, alpha=alpha)
+
+    def build():
+        base = gemma4.Gemma4(cfg, rngs=nnx.Rngs(0))
+        return qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(0), **dummy_inputs())
+
+    with fast_abstract_tracing():
+        return nnx.eval_shape(build)
+
+
+def peft_trainable_params(preset: str | models.ModelPreset, lora: LoraConfig) -> int:
+    """What PEFT's ``get_nb_trainable_parameters`` reports for ``lora`` on ``preset``.
+
+    Builds transformers' ``Gemma4ForCausalLM`` on the meta device (no memory, no
+    weights), so it works for 31B on a laptop; the targets are passed to PEFT as given.
+    """
+    import peft
+    import torch
+    import transformers
+
+    p = models.get_preset(preset)
+    with torch.device("meta"):
+        model = transformers.Gemma4ForCausalLM(p.hf_text_config())
+    targets = list(lora.targets) if isinstance(lora.targets, tuple) else lora.targets
+    cfg = peft.LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets
+    )
+    trainable, _ = peft.get_peft_model(model, cfg).get_nb_trainable_parameters()
+    return int(trainable)
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,0 +1,29 @@
+"""Notebook 01 through papermill, planning Gemma 4 31B for v5p-8 on this CPU host."""
+
+from nbutil import run_notebook
+
+
+def test_mesh_setup_plans_31b_on_v5p8(tmp_path):
+    results = run_notebook(
+        "01_mesh_setup",
+        tmp_path,
+        MODEL_PRESET="gemma4_31b",
+        SLICE="v5p-8",
+        BATCH=1,
+        MULTIHOST_PROCESSES=2,
+        DEVICES_PER_PROCESS=2,
+    )
+    assert results["platform"] == "cpu" and results["num_devices"] == 8
+    assert results["mesh"] == [1, 4]  # the paper's mesh, chosen, not hard-coded
+    assert results["candidates"] == [[1, 4]]
+    assert results["max_tp"] == 4 and results["tp_bound"] == "global KV heads"
+    assert results["gemma4_31b_meshes"] == {"v5p-8": [1, 4], "v6e-8": [2, 4]}
+    err = results["invalid_mesh_error"]
+    assert "tp=8 does not divide global KV heads = 4" in err and "valid (fsdp, tp)" in err
+    local = results["local_check"]
+    assert local["global_devices"] == 4 and abs(local["sum_sq"] - local["expected"]) < 1e-4
+    hosts = results["multihost"]
+    assert [h["process_index"] for h in hosts] == [0, 1]
+    assert all(h["global_devices"] == 4 and h["local_devices"] == 2 for h in hosts)
+    assert results["multihost_agree"] is True
+    assert abs(hosts[0]["trace"] - hosts[0]["expected"]) < 1e-4
