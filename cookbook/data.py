@@ -566,3 +566,69 @@ def real_token_fraction(batches: Iterable[dict]) -> float:
         real += int((seg > 0).sum())
         total += seg.size
     return real / total if total else 0.0
+
+
+# ------------------------------------------------------------------------------------
+# Tokenizer, vLLM's rendering, throughput
+
+
+def load_tokenizer(preset: str = "tiny", *, base_dir: str | Path | None = None):
+    """The preset's tokenizer: the random presets' from their cached base checkpoint, the
+    real ones' from the Hub (tokenizer files only, not the weights)."""
+    from transformers import AutoTokenizer
+
+    from cookbook import base, models
+
+    p = models.get_preset(preset)
+    if base_dir is not None:
+        return AutoTokenizer.from_pretrained(str(base_dir))
+    if p.hf_checkpoint is not None:
+        return AutoTokenizer.from_pretrained(p.hf_checkpoint)
+    return AutoTokenizer.from_pretrained(str(base.ensure_base(p)))
+
+
+def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generation_prompt: bool = True,
+                     tokenize: bool = True) -> list[int] | str:
+    """Render a chat exactly as vLLM's OpenAI chat endpoint does, without a server.
+
+    Uses vLLM's own chat-template resolution and ``safe_apply_chat_template`` on the
+    model directory vLLM would serve (on CPU, the text-only layout: see
+    ``cookbook.merge.ensure_text_only_base``). Importing vLLM takes ~10-20 s.
+    """
+    from vllm.config import ModelConfig
+    from vllm.renderers.hf import safe_apply_chat_template
+    from vllm.tokenizers import get_tokenizer
+
+    model_config = ModelConfig(model=str(model_dir))
+    out = safe_apply_chat_template(
+        model_config, get_tokenizer(str(model_dir)), messages,
+        tokenize=tokenize, add_generation_prompt=add_generation_prompt,
+    )
+    return list(out) if tokenize else out
+
+
+def measure_throughput(rows: Any, tokenizer, config: DataConfig) -> dict[str, float]:
+    """Host-side data speed on one core: read + validate + tokenise, then pad/pack+batch.
+
+    Times :func:`prepare_examples` and one epoch of :func:`build_dataset` (prefetch off,
+    so one thread does all the work). Returns tokens/s for each stage and end to end,
+    counting the tokens of the kept examples, and the real-token fraction of the batches.
+    """
+    import time
+
+    cfg = dataclasses.replace(config, prefetch=0)
+    t0 = time.perf_counter()
+    examples, report = prepare_examples(rows, tokenizer, cfg)
+    t1 = time.perf_counter()
+    batches = list(build_dataset(examples, cfg, num_epochs=1))
+    t2 = time.perf_counter()
+    tokens = report.num_tokens
+    batched = sum(int((b["segment_ids"] > 0).sum()) for b in batches)
+    return {
+        "tokens": float(tokens),
+        "tokenize_tokens_per_s": tokens / (t1 - t0),
+        "batch_tokens_per_s": batched / (t2 - t1),
+        "tokens_per_s": tokens / (t2 - t0),
+        "real_token_fraction": real_token_fraction(batches),
+        "num_batches": float(len(batches)),
+    }

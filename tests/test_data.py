@@ -1,0 +1,319 @@
+"""The data pipeline: template rendering and loss masks, bad rows, padding and packing,
+Grain order and resume, sharding, and that packed rows really keep examples apart."""
+
+import json
+
+import numpy as np
+import pytest
+
+from cookbook import data, sample_task
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_base):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_base)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return sample_task.generate_rows("train", n=400)
+
+
+def _segments(batch):
+    """(row, segment id) -> token ids and loss mask of every packed example."""
+    out = {}
+    for r in range(batch["segment_ids"].shape[0]):
+        seg = np.asarray(batch["segment_ids"][r])
+        for s in np.unique(seg[seg > 0]):
+            sel = seg == s
+            out[(r, int(s))] = (np.asarray(batch["input_tokens"][r])[sel], np.asarray(batch["input_mask"][r])[sel])
+    return out
+
+
+# ------------------------------------------------------------------------------------
+# Rendering and masks
+
+
+def test_loss_mask_covers_exactly_the_answer_and_turn_end(tok, rows):
+    for row in rows[:20]:
+        ids, mask = data.tokenize_chat(tok, row)
+        assert ids.dtype == mask.dtype == np.int32 and ids.shape == mask.shape
+        answer = tok.decode(ids[mask == 1])
+        assert answer == sample_task.answer_of(row) + "<turn|>"
+        # Everything before the answer is the prompt a server sees.
+        first = int(np.argmax(mask))
+        assert list(ids[:first]) == data.prompt_ids(tok, row)
+        assert mask[first:].all() or tok.decode(ids[mask == 0][first:]).strip() == ""
+
+
+def test_prompt_completion_and_messages_rows_tokenise_alike(tok):
+    row = sample_task.generate_rows("eval", n=1)[0]
+    pc = {"prompt": sample_task.prompt_of(row), "completion": sample_task.answer_of(row)}
+    conversational = {"prompt": row["messages"][:1], "completion": row["messages"][1:]}
+    for other in (pc, conversational):
+        for a, b in zip(data.tokenize_chat(tok, row), data.tokenize_chat(tok, other), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_multi_turn_masks_every_answer(tok):
+    row = {
+        "messages": [
+            {"role": "system", "content": "Answer in Verilog."},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "module a; endmodule"},
+            {"role": "user", "content": "second"},
+            {"role": "assistant", "content": "module b; endmodule"},
+        ]
+    }
+    ids, mask = data.tokenize_chat(tok, row)
+    assert tok.decode(ids[mask == 1]) == "module a; endmodule<turn|>module b; endmodule<turn|>"
+
+
+@pytest.mark.slow
+def test_vllm_renders_the_same_prompt(tok, tiny_base):
+    """vLLM's own template resolution and rendering give the tokens we train on."""
+    from cookbook import merge
+
+    served_dir = merge.ensure_text_only_base(tiny_base, "tiny")  # what vLLM on CPU serves
+    for row in sample_task.generate_rows("eval", n=3):
+        served = data.render_with_vllm(served_dir, row["messages"][:1])
+        assert served == data.prompt_ids(tok, row)
+    text = data.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
+    assert text == tok.apply_chat_template(row["messages"], tokenize=False)
+    ids, mask = data.tokenize_chat(tok, row)
+    assert tok.decode(ids) == text
+
+
+# ------------------------------------------------------------------------------------
+# Sources and bad rows
+
+
+def test_jsonl_parquet_and_datasets_read_the_same(tmp_path, tok, rows):
+    import datasets
+
+    path = sample_task.write_jsonl(rows[:30], tmp_path / "rows.jsonl")
+    ds = datasets.Dataset.from_list(rows[:30])
+    ds.to_parquet(str(tmp_path / "rows.parquet"))
+    cfg = data.DataConfig(seq_len=64)
+    ref, _ = data.prepare_examples(rows[:30], tok, cfg)
+    for source in (path, tmp_path / "rows.parquet", ds):
+        got, report = data.prepare_examples(source, tok, cfg)
+        assert report.num_kept == 30 and not report.problems
+        for a, b in zip(ref, got, strict=True):
+            np.testing.assert_array_equal(a.token_ids, b.token_ids)
+            np.testing.assert_array_equal(a.loss_mask, b.loss_mask)
+
+
+def _messy_file(tmp_path, good_rows):
+    """Good rows with one bad row of every kind; returns path and {line: reason fragment}."""
+    good = [json.dumps(r).encode() for r in good_rows]
+    long_answer = " ".join(["assign y = a + b;"] * 40)
+    bad = {
+        3: (b'{"messages": [', "invalid JSON"),
+        5: (b'{"text": "hello"}', "no 'messages'"),
+        7: (json.dumps({"messages": "hi"}).encode(), "must be a list"),
+        9: (json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(), "must be a string"),
+        11: (json.dumps({"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}).encode(), "unknown role 'robot'"),
+        13: (json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "  "}]}).encode(), "empty answer"),
+        15: (b'{"prompt": "caf\xe9", "completion": "x"}', "not UTF-8"),
+        17: (json.dumps({"prompt": "write it", "completion": long_answer}).encode(), "tokens > seq_len=64"),
+        19: (json.dumps({"prompt": "only a prompt"}).encode(), "without a 'completion'"),
+        21: (json.dumps({"messages": [{"role": "user", "content": "a"}]}).encode(), "must end with an assistant"),
+    }
+    lines, it = [], iter(good)
+    for number in range(1, 200):
+        if number in bad:
+            lines.append(bad[number][0])
+        else:
+            try:
+                lines.append(next(it))
+            except StopIteration:
+                break
+    path = tmp_path / "messy.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path, {n: reason for n, (_, reason) in bad.items()}, len(lines)
+
+
+def test_every_bad_row_is_reported_with_its_line_and_reason(tmp_path, tok, rows):
+    path, expected, n_lines = _messy_file(tmp_path, rows[:190])
+    examples, report = data.prepare_examples(path, tok, data.DataConfig(seq_len=64, max_bad_fraction=0.1))
+    assert report.num_rows == n_lines
+    assert report.num_dropped == len(expected) and report.num_kept == n_lines - len(expected)
+    got = {p.row: p.reason for p in report.problems}
+    assert set(got) == set(expected)
+    for line, fragment in expected.items():
+        assert fragment in got[line], (line, got[line])
+    assert not {e.row for e in examples} & set(expected)
+    assert "row 3: invalid JSON" in report.summary()
+
+
+def test_too_many_bad_rows_refuse_to_train_and_say_why(tmp_path, tok, rows):
+    path, expected, n_lines = _messy_file(tmp_path, rows[:40])
+    with pytest.raises(data.DataError, match=r"10 of \d+ rows .* are bad, over max_bad_fraction=5.0%") as err:
+        data.make_train_iter(path, tok, data.DataConfig(seq_len=64))
+    assert "row 15: not UTF-8" in str(err.value)
+    with pytest.raises(data.DataError, match="no usable rows"):
+        data.prepare_examples([{"messages": []}], tok, data.DataConfig(max_bad_fraction=1.0))
+
+
+def test_truncate_policy_keeps_long_rows_cut_to_seq_len(tok):
+    row = {"prompt": "write it", "completion": " ".join(["assign y = a + b;"] * 40)}
+    examples, report = data.prepare_examples(
+        [row, sample_task.generate_rows("eval", n=1)[0]], tok, data.DataConfig(seq_len=64, too_long="truncate")
+    )
+    assert report.num_kept == 2 and report.num_truncated == 1 and report.num_dropped == 0
+    assert len(examples[0].token_ids) == 64 and examples[0].loss_mask.sum() > 0
+    # A prompt alone longer than seq_len leaves no answer: dropped even when truncating.
+    long_prompt = {"prompt": "x " * 200, "completion": "y"}
+    _, report = data.prepare_examples(
+        [long_prompt, row], tok, data.DataConfig(seq_len=64, too_long="truncate", max_bad_fraction=1.0)
+    )
+    assert report.num_dropped == 1 and report.num_truncated == 1
+    assert "no answer token survives truncation" in report.problems[0].reason
+
+
+# ------------------------------------------------------------------------------------
+# Padding and packing
+
+
+def test_padded_batches(tok, rows):
+    cfg = data.DataConfig(seq_len=64, batch_size=8, shuffle=False)
+    batch = next(data.make_train_iter(rows, tok, cfg))
+    assert set(batch) == set(data.BATCH_FIELDS)
+    assert all(v.shape == (8, 64) and v.dtype == np.int32 for v in batch.values())
+    ids, mask = data.tokenize_chat(tok, rows[0])
+    n = len(ids)
+    np.testing.assert_array_equal(batch["input_tokens"][0, :n], ids)
+    np.testing.assert_array_equal(batch["input_mask"][0, :n], mask)
+    assert (batch["input_tokens"][0, n:] == 0).all() and (batch["input_mask"][0, n:] == 0).all()
+    np.testing.assert_array_equal(batch["segment_ids"][0], (np.arange(64) < n).astype(np.int32))
+    np.testing.assert_array_equal(batch["positions"][0, :n], np.arange(n))
+
+
+def test_packed_batches_hold_whole_examples_with_restarting_positions(tok, rows):
+    cfg = data.DataConfig(seq_len=256, batch_size=4, packing=True, seed=3)
+    by_tokens = {tuple(data.tokenize_chat(tok, r)[0]): data.tokenize_chat(tok, r)[1] for r in rows}
+    it = data.make_train_iter(rows, tok, cfg, num_epochs=1)
+    batches = list(it)
+    seen = 0
+    for batch in batches:
+        for r in range(4):
+            seg, pos = batch["segment_ids"][r], batch["positions"][r]
+            starts = np.flatnonzero(np.diff(seg, prepend=0) != 0)
+            assert (pos[starts[seg[starts] > 0]] == 0).all()  # positions restart per example
+        for (_, _), (ids, mask) in _segments(batch).items():
+            assert tuple(ids) in by_tokens  # each segment is one whole example
+            np.testing.assert_array_equal(mask, by_tokens[tuple(ids)])
+            seen += 1
+    assert seen == len(rows)  # one epoch, nothing lost, nothing doubled (unique rows)
+    assert data.real_token_fraction(batches) >= 0.95
+
+
+def test_packing_beats_padding_at_the_same_shape(tok, rows):
+    def frac(packing):
+        cfg = data.DataConfig(seq_len=256, batch_size=4, packing=packing)
+        return data.real_token_fraction(data.make_train_iter(rows, tok, cfg, num_epochs=1))
+
+    padded, packed = frac(False), frac(True)
+    assert packed >= 0.95 and padded < 0.3, (packed, padded)
+
+
+def test_segment_attention_mask():
+    seg = np.array([[1, 1, 2, 2, 2, 0]])
+    mask = np.asarray(data.segment_attention_mask(seg))[0]
+    expected = np.array(
+        [
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [0, 0, 1, 0, 0, 0],
+            [0, 0, 1, 1, 0, 0],
+            [0, 0, 1, 1, 1, 0],
+            [0, 0, 0, 0, 0, 1],
+        ],
+        dtype=bool,
+    )
+    np.testing.assert_array_equal(mask, expected)
+
+
+@pytest.mark.slow
+def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
+    """The Tunix model on a packed row = the model on each example alone."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from cookbook import loader, models
+
+    model = loader.load_tunix_model(tiny_base, models.get_preset("tiny"))
+    forward = nnx.jit(lambda m, tokens, positions, mask: m(tokens, positions, None, mask)[0])
+    cfg = data.DataConfig(seq_len=128, batch_size=1, packing=True, shuffle=False)
+    batch = next(data.make_train_iter(rows, tok, cfg))
+    inputs = data.model_inputs(batch)
+    packed = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), inputs["attention_mask"])
+    segments = _segments(batch)
+    assert len(segments) >= 2
+    seg = np.asarray(batch["segment_ids"][0])
+    for (_, s), (ids, _) in segments.items():
+        n = len(ids)
+        alone = forward(model, jnp.asarray(ids[None]), jnp.arange(n)[None], jnp.tril(jnp.ones((n, n), bool))[None])
+        np.testing.assert_allclose(np.asarray(packed[0])[seg == s], np.asarray(alone[0]), atol=1e-4)
+    # Control: with a plain causal mask the second example sees the first, and differs.
+    causal = jnp.tril(jnp.ones((128, 128), bool))[None]
+    leaky = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), causal)
+    assert not np.allclose(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2], atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------
+# Order, resume, sharding
+
+
+def _tokens(it, n):
+    return [np.asarray(next(it)["input_tokens"]) for _ in range(n)]
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_order_is_deterministic_and_resumable(tok, rows, packing):
+    cfg = data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=7)
+    ref = _tokens(data.make_train_iter(rows, tok, cfg), 80)  # past one epoch (400 rows)
+    again = _tokens(data.make_train_iter(rows, tok, cfg), 80)
+    for a, b in zip(ref, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = _tokens(data.make_train_iter(rows, tok, data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=8)), 1)
+    assert not np.array_equal(ref[0], other[0])
+    resumed = data.make_train_iter(rows, tok, cfg, start_step=60)
+    assert resumed.step == 60
+    for a, b in zip(ref[60:], _tokens(resumed, 20), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Grain's iterator state, saved part-way, restores the same stream.
+    it = data.make_train_iter(rows, tok, cfg)
+    _tokens(it, 30)
+    state = it.get_state()
+    fresh = data.make_train_iter(rows, tok, cfg)
+    fresh.set_state(state)
+    assert fresh.step == 30
+    for a, b in zip(ref[30:40], _tokens(fresh, 10), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_epochs_reshuffle(tok, rows):
+    cfg = data.DataConfig(seq_len=64, batch_size=8, seed=0)
+    batches = _tokens(data.make_train_iter(rows, tok, cfg, num_epochs=2), 100)
+    first, second = np.concatenate(batches[:50]), np.concatenate(batches[50:])
+    assert not np.array_equal(first, second)
+    assert sorted(map(tuple, first)) == sorted(map(tuple, second))
+
+
+def test_batches_are_sharded_on_the_data_axis(tok, rows, mesh_4x2):
+    from jax.sharding import PartitionSpec
+
+    cfg = data.DataConfig(seq_len=64, batch_size=8)
+    host = next(data.make_train_iter(rows, tok, cfg))
+    batch = next(data.make_train_iter(rows, tok, cfg, mesh=mesh_4x2))
+    for key, value in batch.items():
+        assert value.shape == (8, 64)
+        assert value.sharding.spec == PartitionSpec("fsdp")
+        assert len(value.addressable_shards) == 8 and value.addressable_shards[0].data.shape == (2, 64)
+        np.testing.assert_array_equal(np.asarray(value), host[key])
+    with pytest.raises(ValueError, match="batch_size=6 does not divide over the mesh's 'fsdp' axis of size 4"):
+        data.make_train_iter(rows, tok, data.DataConfig(batch_size=6), mesh=mesh_4x2)
