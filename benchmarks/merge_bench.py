@@ -12,7 +12,7 @@ then measures, each in a fresh child process on the same disk:
 * Tunix's ``save_lora_merged_model_as_safetensors`` on a single-file copy of the smallest
   base (it reads only ``model.safetensors`` and holds the model in RAM).
 
-Peak RSS is the child's ``ru_maxrss``. Writes ``benchmarks/results/merge_bench.json``.
+Peak RSS is the child's ``VmHWM``. Writes ``benchmarks/results/merge_bench.json``.
 
     .venv/bin/python benchmarks/merge_bench.py --layers 1,2,4 --tunix-layers 1 --work /work/e_bench_tmp
 """
@@ -224,16 +224,21 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
     return {"seconds": time.perf_counter() - t}
 
 
+def peak_rss_bytes() -> int:
+    """This process's RSS high-water mark (VmHWM; unlike ru_maxrss it does not carry the
+    parent's RSS over fork + exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def run_child(*args: str) -> dict:
-    """Run ``merge_bench.py _child ARGS`` in a fresh process; add its peak RSS."""
+    """Run ``merge_bench.py _child ARGS`` in a fresh process; return what it measured."""
     out_file = Path(args[-1] if args[0] == "copy" else args[3]).with_suffix(".result.json")
-    proc = subprocess.Popen([sys.executable, __file__, "_child", *args, str(out_file)], cwd=REPO)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"child {args} failed with status {status}")
+    subprocess.run([sys.executable, __file__, "_child", *args, str(out_file)], cwd=REPO, check=True)
     res = json.loads(out_file.read_text())
     out_file.unlink()
-    res["peak_rss_bytes"] = usage.ru_maxrss * 1024
     return res
 
 
@@ -307,6 +312,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
         action, *args, result = sys.argv[2:]
         fn = {"copy": child_copy, "merge": child_merge, "tunix": child_tunix}[action]
-        Path(result).write_text(json.dumps(fn(*args)))
+        Path(result).write_text(json.dumps({**fn(*args), "peak_rss_bytes": peak_rss_bytes()}))
         sys.exit(0)
     sys.exit(main())

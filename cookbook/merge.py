@@ -211,7 +211,7 @@ def _clean_stale_tmp(out: Path) -> None:
 def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, out_dir: str | Path, *,
                text_only: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                overwrite: bool = False, preset: str | models.ModelPreset | None = None, progress: bool = True,
-               record: dict | None = None) -> MergeResult:
+               record: dict | None = None, workers: int = 2) -> MergeResult:
     """Merge ``lora`` into ``base_dir``'s weights and write Hugging Face safetensors to ``out_dir``.
 
     Args:
@@ -224,6 +224,7 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
       max_shard_bytes: largest output shard (a larger single tensor gets its own shard).
       preset: architecture name if the checkpoint did not record it.
       record: extra fields for the completion record (cache keys).
+      workers: output shards written at once (memory: about 200 MB each).
     """
     t0 = time.perf_counter()
     if lora is None or isinstance(lora, LoraCheckpoint):
@@ -234,24 +235,32 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; refusing to overwrite it. Pass overwrite=True (--overwrite).")
     plan = plan_merge(base_dir, ckpt, preset=preset, text_only=text_only)
-    tensors = plan.tensors
-    if ckpt is not None:
-        layer_lora = _LayerLoRA(ckpt)
-        tensors = [dataclasses.replace(t, update=layer_lora.update_fn(*plan.touched[t.src.name]))
-                   if t.src.name in plan.touched else t for t in tensors]
-    groups = shards.plan_shards(tensors, max_shard_bytes)
+    groups = shards.plan_shards(plan.tensors, max_shard_bytes)
     names = shards.shard_names(len(groups))
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale_tmp(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         (tmp / ".pid").write_text(str(os.getpid()))
+        from concurrent.futures import ThreadPoolExecutor
+
         from tqdm.auto import tqdm
 
-        total = sum(t.src.nbytes for t in tensors)
+        total = sum(t.src.nbytes for t in plan.tensors)
         with tqdm(total=total, unit="B", unit_scale=True, desc="merge", disable=not progress) as bar:
-            for name, group in zip(names, groups, strict=True):
+
+            def write(name: str, group: list[shards.OutTensor]) -> None:
+                # Each shard has its own one-layer LoRA cache: shards are written in parallel.
+                if ckpt is not None:
+                    lora_cache = _LayerLoRA(ckpt)
+                    group = [dataclasses.replace(t, update=lora_cache.update_fn(*plan.touched[t.src.name]))
+                             if t.src.name in plan.touched else t for t in group]
                 shards.write_shard(tmp / name, group, plan.metadata, progress=bar.update)
+
+            # Two shards at a time: one copying (disk-bound) while another computes (CPU-bound).
+            with ThreadPoolExecutor(max(1, workers)) as pool:
+                for f in [pool.submit(write, n, g) for n, g in zip(names, groups, strict=True)]:
+                    f.result()
         index = {"metadata": {"total_size": total},
                  "weight_map": {t.name: n for n, g in zip(names, groups, strict=True) for t in g}}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -270,9 +279,9 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    merged = sum(t.update is not None for t in tensors)
+    merged = len(plan.touched)
     return MergeResult(out_dir=out, num_shards=len(groups), merged_tensors=merged,
-                       copied_tensors=len(tensors) - merged, bytes_written=total,
+                       copied_tensors=len(plan.tensors) - merged, bytes_written=total,
                        seconds=time.perf_counter() - t0)
 
 
@@ -359,8 +368,15 @@ def _size(text: str) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser("merge", help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "merge", help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fold a Tunix LoRA checkpoint (Orbax) into the base's safetensors, shard by shard, "
+                    "with flat memory; written beside OUT and renamed into place when complete.\n\n"
+                    "examples:\n"
+                    "  cookbook merge --lora RUN_DIR --out merged/             # released multimodal layout\n"
+                    "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
+                    "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite")
     p.add_argument("--lora", required=True, help="training run dir, its checkpoints dir, or a step dir")
     p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
     p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
