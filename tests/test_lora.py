@@ -258,3 +258,29 @@ def test_abstract_31b_lora_count_matches_expected():
     model = L.abstract_lora_model("gemma4_31b", cfg, remat="decoder")
     assert L.count_lora_params(model) == L.expected_lora_params("gemma4_31b", cfg) == 472_514_560
     assert model.config.remat_config.name == "DECODER"
+
+
+def test_parse_targets_reads_names_all_linear_and_regexes():
+    assert L.parse_targets("q_proj, v_proj") == ("q_proj", "v_proj")
+    assert L.parse_targets("all-linear") == "all-linear"
+    assert L.parse_targets(r".*\.(q_proj|v_proj)") == r".*\.(q_proj|v_proj)"
+    assert L.parse_targets("layers.5.self_attn.k_proj") == ("layers.5.self_attn.k_proj",)
+    with pytest.raises(ValueError, match="no LoRA targets"):
+        L.parse_targets(" , ")
+
+
+@pytest.mark.parametrize(
+    "module_path", [".*kv_einsum", ".*(q_einsum|k_einsum)", r"layers/[0-2]/mlp/.*"]
+)
+def test_regex_coverage_is_what_qwix_really_creates(module_path):
+    """coverage_rows evaluates the regex on our layer list; coverage_of_model reads Qwix's result."""
+    model = L.abstract_qwix_model("tiny", module_path, rank=4, alpha=8.0)
+    assert L.coverage_of_model(model, "tiny") == L.coverage_rows(module_path, "tiny")
+    matrix = L.coverage_matrix(L.coverage_of_model(model, "tiny"))
+    assert matrix.shape == (6, 7) and matrix[5, 2] == -1  # no v_proj on the K = V layer
+
+
+def test_peft_count_on_the_meta_device_matches_the_formula():
+    for targets in (L.HF_PROJECTIONS, ("q_proj", "o_proj"), "all-linear"):
+        cfg = L.LoraConfig(rank=8, alpha=16.0, targets=targets)
+        assert L.peft_trainable_params("tiny", cfg) == L.peft_lora_params("tiny", cfg)
