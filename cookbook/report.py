@@ -43,9 +43,9 @@ SECTIONS: tuple[Section, ...] = (
     Section(prefix="00", title="Quickstart", about="the tiny base model next to 31B, and Tunix vs transformers logit parity",
             highlights=(r"max_abs_diff", r"num_params|param", r"parity|logit")),
     Section(prefix="01", title="Mesh setup", about="the runtime found and the (fsdp, tp) mesh chosen, with why",
-            highlights=(r"mesh", r"runtime|device|platform")),
+            highlights=(r"^mesh$", r"gemma4_31b_meshes", r"tp_bound|reason", r"mesh", r"runtime|device|platform")),
     Section(prefix="02", title="LoRA naming", about="which projections got adapters on each layer type (the K = V trap)",
-            highlights=(r"coverage", r"lora.*param|param.*lora")),
+            highlights=(r"coverage|by_kind", r"naive_global_k|qwix_measured", r"peft_measured", r"lora.*param|param.*lora")),
     Section(prefix="03", title="Sharding fixes", about="per-device memory table; nothing large replicated by accident",
             highlights=(r"memory|bytes", r"replicat")),
     Section(prefix="04", title="Remat and the TPU fit check", about="compiled memory and step time per remat choice; 31B on v5p-8 / v6e-8",
@@ -173,7 +173,8 @@ def _fmt(v: Any) -> str:
         return f"{v:.4g}"
     if isinstance(v, str):
         return v.replace("|", "\\|").replace("\n", " ")
-    return json.dumps(v)[:200].replace("|", "\\|")
+    text = json.dumps(v, separators=(", ", ": "))
+    return (text if len(text) <= 200 else text[:197] + "...").replace("|", "\\|")
 
 
 def _is_curve(v: Any) -> bool:
@@ -216,16 +217,40 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def _flatten_scalars(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out = []
+def _is_cost_curve(v: Any) -> bool:
+    return isinstance(v, dict) and {"hours", "tpu_usd", "gpu_usd", "ratio"} <= set(v)
+
+
+def _compact(v: Any) -> bool:
+    """Small enough to sit in a table cell (scalars, short lists, as compact JSON)."""
+    if not isinstance(v, dict | list):
+        return True
+    return not _is_curve(v) and len(json.dumps(v)) <= 120
+
+
+def _is_block(v: Any) -> bool:
+    """A value drawn or tabulated on its own rather than in the result/value table."""
+    if _is_cost_curve(v) or _is_curve(v) or _is_series_dict(v) or _is_curve_dict(v):
+        return True
+    if isinstance(v, list):
+        return not _compact(v)
+    return _is_row_dict(v) and len(v) >= 2
+
+
+def _walk(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) pairs: nested dicts opened, blocks and small values kept whole."""
+    out: list[tuple[str, Any]] = []
     for k, v in d.items():
-        if isinstance(v, dict) and not _is_row_dict(v) and not _is_series_dict(v) and len(v) <= 12 \
-                and all(not isinstance(x, list) for x in v.values()):
-            out += _flatten_scalars(v, f"{prefix}{k}.")
-        elif not isinstance(v, dict | list) or (isinstance(v, list) and len(v) <= 6 and not _is_curve(v)
-                                                and all(not isinstance(x, dict | list) for x in v)):
-            out.append((prefix + k, v))
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and not _is_block(v):
+            out += _walk(v, key + ".")
+        else:
+            out.append((key, v))
     return out
+
+
+def _flatten_scalars(d: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in _walk(d) if not _is_block(v)]
 
 
 @dataclasses.dataclass
@@ -297,18 +322,18 @@ def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> t
     def rank(key: str) -> int:
         return next((i for i, p in enumerate(pats) if p.search(key)), len(pats))
 
-    keys = sorted(results, key=lambda k: (rank(k), list(results).index(k)))
-    scalars = _flatten_scalars({k: results[k] for k in keys})
-    shown = {k.split(".")[0] for k, _ in scalars}
+    items = _walk(results)
+    order = {k: i for i, (k, _) in enumerate(items)}
+    items.sort(key=lambda kv: (rank(kv[0]), order[kv[0]]))
+    scalars = [(k, v) for k, v in items if not _is_block(v)]
     if scalars:
         lines += _table(["result", "value"], scalars)
         lines.append("")
-    for k in keys:
-        if k in shown:
+    for k, v in items:
+        if not _is_block(v):
             continue
-        v = results[k]
         slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{stem}_{k}").strip("_")
-        if isinstance(v, dict) and {"hours", "tpu_usd", "gpu_usd", "ratio"} <= set(v):
+        if _is_cost_curve(v):
             plots.append(_cost_plot(slug, v))
             lines.append(f"**{k}**: ratio {_fmt(v['ratio'][0])}x with no serving, tending to "
                          f"{_fmt(v.get('asymptotic_ratio'))}x; break-even: "
@@ -339,20 +364,17 @@ def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> t
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_rows(v):
             cols = list(dict.fromkeys(c for row in v for c in row))
-            lines.append(f"**{k}**")
-            lines.append("")
+            lines += [f"**{k}**", ""]
             lines += _table(cols, [[row.get(c, "") for c in cols] for row in v[:40]])
-            lines.append("")
+            lines.append("" if len(v) <= 40 else f"\n({len(v) - 40} more rows in the JSON)\n")
         elif _is_row_dict(v):
             cols = list(dict.fromkeys(c for row in v.values() for c in row))
-            lines.append(f"**{k}**")
-            lines.append("")
+            lines += [f"**{k}**", ""]
             lines += _table(["", *cols], [[name, *[row.get(c, "") for c in cols]] for name, row in v.items()])
             lines.append("")
         else:
             text = json.dumps(v, indent=1)
-            lines.append(f"**{k}**")
-            lines.append("")
+            lines += [f"**{k}**", ""]
             lines.append("```json\n" + (text if len(text) < 1500 else text[:1500] + "\n...") + "\n```")
             lines.append("")
     return lines, plots
@@ -396,7 +418,11 @@ def _glance(r: SectionResult, per_section: int = 3) -> str:
             break
         if key not in picked:
             picked.append(key)
-    return "; ".join(f"{k} = {_fmt(flat[k])}" for k in picked)
+    def short(v: Any) -> str:
+        text = _fmt(v)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    return "; ".join(f"{k} = {short(flat[k])}" for k in picked)
 
 
 def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = "Cookbook run report") -> tuple[str, str, list[_Plot]]:
