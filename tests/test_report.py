@@ -24,7 +24,10 @@ def run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     _write(run, "00_quickstart", {"logit_max_abs_diff": 7.25e-05, "tiny_params": 1_953_664})
-    _write(run, "01_mesh_setup", {"mesh": {"fsdp": 4, "tp": 2}, "runtime": "cpu x 8"})
+    _write(run, "01_mesh_setup", {"mesh": {"fsdp": 4, "tp": 2}, "runtime": "cpu x 8",
+                                  "trap": {"error": "k_proj missing on 1 layer",
+                                           "by_kind": {"global": {"k_proj": "1/1", "v_proj": "absent"},
+                                                       "sliding": {"k_proj": "5/5", "v_proj": "5/5"}}}})
     _write(run, "03_sharding_fixes", {"memory_table": [
         {"what": "params", "bytes_per_device": 123456, "sharding": "fsdp,tp"},
         {"what": "lora", "bytes_per_device": 4321, "sharding": "fsdp"}]})
@@ -65,6 +68,9 @@ def test_values_flow_into_every_section(run):
     assert "train_cost_ratio = 2.125" in glance and "| 05 (Data pipeline) | absent |" in glance
     assert "| logit_max_abs_diff | 7.250e-05 |" in part("00")
     assert "| mesh.fsdp | 4 |" in part("01") and "| mesh.tp | 2 |" in part("01")
+    # A table nested in a dict is found and drawn as a table, next to its sibling values.
+    assert "| trap.error | k_proj missing on 1 layer |" in part("01")
+    assert "**trap.by_kind**" in part("01") and "| global | 1/1 | absent |" in part("01")
     assert "| params | 123,456 | fsdp,tp |" in part("03") and "| lora | 4321 | fsdp |" in part("03")
     assert "| decoder | 12.25 | 0.29 |" in part("04")
     assert "| accuracy_after | 0.8125 |" in part("06")
