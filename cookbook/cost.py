@@ -307,15 +307,21 @@ class PlanFigures:
     source: str
 
 
+def _is_plan_record(d: Any) -> bool:
+    return isinstance(d, dict) and ("flops_per_chip" in d or "tflop_per_chip_per_step" in d or "config" in d)
+
+
 def _plan_entries(data: Any) -> list[dict[str, Any]]:
-    """The plan records in a planner JSON: one record, a list, or a list under some key."""
-    if isinstance(data, list):
-        return [d for d in data if isinstance(d, dict)]
-    if isinstance(data, dict):
-        if "flops_per_chip" in data or "tflop_per_chip_per_step" in data or "config" in data:
-            return [data]
-        for value in data.values():
-            entries = _plan_entries(value) if isinstance(value, list | dict) else []
+    """The plan records in a planner JSON: one record, a list or dict of them, or those under a key."""
+    if _is_plan_record(data):
+        return [data]
+    values = data if isinstance(data, list) else list(data.values()) if isinstance(data, dict) else []
+    records = [v for v in values if _is_plan_record(v)]
+    if records:
+        return records
+    for value in values:
+        if isinstance(value, list | dict):
+            entries = _plan_entries(value)
             if entries:
                 return entries
     return []
@@ -338,9 +344,18 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     path = Path(path) if path else DEFAULT_PLAN_JSON
     if not path.is_file():
         return None
-    entries = [e for e in _plan_entries(json.loads(path.read_text())) if e.get("compiles", True)]
-    entries = [e for e in entries
-               if _entry_config(e).get("preset", preset) == preset
+    data = json.loads(path.read_text())
+    # benchmarks/plan_31b.py names its pick per slice: {"recommended": {slice: {"from": name}},
+    # "results": {name: record}}.
+    picked = ((data.get("recommended") or {}).get(slice_name) or {}).get("from") if isinstance(data, dict) else None
+    if picked and picked in (data.get("results") or {}) and prefer is None:
+        candidates = [data["results"][picked]]
+    else:
+        candidates = _plan_entries(data)
+    entries = [e for e in candidates
+               if e.get("compiles", True) and not e.get("crashed")
+               and not _entry_config(e).get("num_layers")  # reduced-depth experiments are not 31B
+               and _entry_config(e).get("preset", preset) == preset
                and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name)))
                .removeprefix("tpu-") == slice_name]
     if not entries:

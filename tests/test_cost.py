@@ -83,6 +83,15 @@ def test_predicted_row_from_plan_figures(tmp_path):
     plan_json.write_text(json.dumps({"plans": [rec("none", False, 157.8e12), rec("decoder", False, 1e12, False),
                                                rec("decoder", True, 228.5e12)]}))
     assert cost.load_plan_figures(plan_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
+    # The layout of benchmarks/plan_31b.py: records by name, and its pick per slice.
+    bench_json = tmp_path / "plan_31b.json"
+    bench_json.write_text(json.dumps({
+        "mfu": 0.4, "recommended": {"v5p-8": {"from": "splash"}},
+        "results": {"dense_noremat": rec("none", False, 157.8e12), "splash": rec("decoder", True, 189.7e12),
+                    "short": {**rec("none", False, 1e12), "config": {**rec("none", False, 1e12)["config"],
+                                                                      "num_layers": 2}}}}))
+    assert cost.load_plan_figures(bench_json).tflop_per_chip_per_step == pytest.approx(189.7)
+    assert cost.load_plan_figures(bench_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
     plan = cost.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
     assert plan.tflop_per_chip_per_step == pytest.approx(228.5) and "flash True" in plan.source
     assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
