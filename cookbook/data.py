@@ -524,8 +524,31 @@ def make_train_iter(
       DataError: when too many rows are bad (see :func:`prepare_examples`).
     """
     examples, data_report = prepare_examples(rows, tokenizer, config)
-    it = TrainIterator(build_dataset(examples, config, num_epochs=num_epochs), config, mesh, start_step)
+    it = iter_batches(examples, config, mesh=mesh, num_epochs=num_epochs, start_step=start_step)
     return (it, data_report) if report else it
+
+
+def iter_batches(
+    examples: Sequence[Example],
+    config: DataConfig,
+    *,
+    mesh=None,
+    num_epochs: int | None = None,
+    start_step: int = 0,
+) -> TrainIterator:
+    """Training batches from already prepared examples (:func:`prepare_examples`).
+
+    The same as :func:`make_train_iter` without reading and tokenising again: build the
+    examples once, then as many iterators (other seeds, padding or packing, a resume
+    point) as needed. ``config.seq_len`` must be at least the longest example's length.
+    """
+    longest = max((len(e.token_ids) for e in examples), default=0)
+    if longest > config.seq_len:
+        raise ValueError(
+            f"an example has {longest} tokens > seq_len={config.seq_len}; prepare the examples "
+            "with this config (prepare_examples applies the too-long policy)"
+        )
+    return TrainIterator(build_dataset(examples, config, num_epochs=num_epochs), config, mesh, start_step)
 
 
 def segment_attention_mask(segment_ids, positions=None):
@@ -587,6 +610,17 @@ def load_tokenizer(preset: str = "tiny", *, base_dir: str | Path | None = None):
     return AutoTokenizer.from_pretrained(str(base.ensure_base(p)))
 
 
+def vllm_model_dir(preset: str = "tiny") -> str:
+    """The model vLLM serves for ``preset``: the Hub id of a real one; for a random preset
+    its base checkpoint in the text-only layout vLLM on CPU loads (converted once)."""
+    from cookbook import base, merge, models
+
+    p = models.get_preset(preset)
+    if p.hf_checkpoint is not None:
+        return p.hf_checkpoint
+    return str(merge.ensure_text_only_base(base.ensure_base(p), p))
+
+
 def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generation_prompt: bool = True,
                      tokenize: bool = True) -> list[int] | str:
     """Render a chat exactly as vLLM's OpenAI chat endpoint does, without a server.
@@ -632,3 +666,16 @@ def measure_throughput(rows: Any, tokenizer, config: DataConfig) -> dict[str, fl
         "real_token_fraction": real_token_fraction(batches),
         "num_batches": float(len(batches)),
     }
+
+
+def training_tokens_per_s(preset: str = "gemma4_31b", slice_name: str = "v5p-8") -> dict[str, Any]:
+    """Tokens/s the training chips consume: the planner's prediction when its output is on
+    disk (``cookbook plan``), else the paper's measured 763 tokens/s (``cookbook.cost``)."""
+    from cookbook import cost
+
+    try:
+        plan = cost.load_plan_figures(preset=preset, slice_name=slice_name)
+    except ValueError:
+        plan = None
+    row = cost.predict_training(plan)
+    return {"tokens_per_s": float(row["tokens_per_s"]), "basis": str(row["basis"])}

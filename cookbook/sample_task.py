@@ -187,6 +187,49 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
     return path
 
 
+def write_messy_jsonl(path: str | Path, good_rows: list[dict]) -> dict[int, str]:
+    """Write ``good_rows`` as JSONL with one broken row of every kind mixed in.
+
+    For showing (notebook 05) and testing what the data pipeline does with bad input.
+    Returns ``{line number: a fragment of the reason the pipeline must give}``; the
+    over-long row is too long for ``seq_len`` 64.
+    """
+    long_answer = " ".join(["assign y = a + b;"] * 40)
+
+    def user_answer(user: str, answer: str) -> str:
+        return json.dumps({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]})
+
+    bad: dict[int, tuple[bytes, str]] = {
+        3: (b'{"messages": [', "invalid JSON"),
+        5: (b'{"text": "hello"}', "no 'messages'"),
+        7: (json.dumps({"messages": "hi"}).encode(), "must be a list"),
+        9: (json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(),
+            "must be a string"),
+        11: (json.dumps({"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}).encode(),
+             "unknown role 'robot'"),
+        13: (user_answer("a", "  ").encode(), "empty answer"),
+        15: (b'{"prompt": "caf\xe9", "completion": "x"}', "not UTF-8"),
+        17: (json.dumps({"prompt": "write it", "completion": long_answer}).encode(), "tokens > seq_len=64"),
+        19: (json.dumps({"prompt": "only a prompt"}).encode(), "without a 'completion'"),
+        21: (json.dumps({"messages": [{"role": "user", "content": "a"}]}).encode(), "must end with an assistant"),
+    }
+    lines: list[bytes] = []
+    good = iter(good_rows)
+    while True:
+        number = len(lines) + 1
+        if number in bad:
+            lines.append(bad[number][0])
+            continue
+        row = next(good, None)
+        if row is None:
+            break
+        lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return {n: reason for n, (_, reason) in bad.items() if n <= len(lines)}
+
+
 def _turn(row: dict, role: str) -> str:
     for message in row.get("messages", []):
         if message.get("role") == role:

@@ -1,8 +1,6 @@
 """The data pipeline: template rendering and loss masks, bad rows, padding and packing,
 Grain order and resume, sharding, and that packed rows really keep examples apart."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -107,33 +105,9 @@ def test_jsonl_parquet_and_datasets_read_the_same(tmp_path, tok, rows):
 
 
 def _messy_file(tmp_path, good_rows):
-    """Good rows with one bad row of every kind; returns path and {line: reason fragment}."""
-    good = [json.dumps(r).encode() for r in good_rows]
-    long_answer = " ".join(["assign y = a + b;"] * 40)
-    bad = {
-        3: (b'{"messages": [', "invalid JSON"),
-        5: (b'{"text": "hello"}', "no 'messages'"),
-        7: (json.dumps({"messages": "hi"}).encode(), "must be a list"),
-        9: (json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(), "must be a string"),
-        11: (json.dumps({"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}).encode(), "unknown role 'robot'"),
-        13: (json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "  "}]}).encode(), "empty answer"),
-        15: (b'{"prompt": "caf\xe9", "completion": "x"}', "not UTF-8"),
-        17: (json.dumps({"prompt": "write it", "completion": long_answer}).encode(), "tokens > seq_len=64"),
-        19: (json.dumps({"prompt": "only a prompt"}).encode(), "without a 'completion'"),
-        21: (json.dumps({"messages": [{"role": "user", "content": "a"}]}).encode(), "must end with an assistant"),
-    }
-    lines, it = [], iter(good)
-    for number in range(1, 200):
-        if number in bad:
-            lines.append(bad[number][0])
-        else:
-            try:
-                lines.append(next(it))
-            except StopIteration:
-                break
     path = tmp_path / "messy.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path, {n: reason for n, (_, reason) in bad.items()}, len(lines)
+    expected = sample_task.write_messy_jsonl(path, good_rows)
+    return path, expected, len(path.read_bytes().splitlines())
 
 
 def test_every_bad_row_is_reported_with_its_line_and_reason(tmp_path, tok, rows):

@@ -1,0 +1,32 @@
+"""Notebook 05 with non-default parameters: what it records must hold."""
+
+import pytest
+from nbutil import run_notebook
+
+
+@pytest.mark.slow
+def test_notebook_05_data_pipeline(tmp_path):
+    seq_len, batch = 512, 4
+    got = run_notebook(
+        "05_data_pipeline",
+        tmp_path,
+        NUM_TRAIN_ROWS=800,
+        NUM_EVAL_ROWS=50,
+        SEQ_LEN=seq_len,
+        BATCH_SIZE=batch,
+        SEED=3,
+        CHECK_VLLM_RENDERING=False,  # tests/test_data.py checks vLLM's rendering
+        MESH_FSDP=2,
+        MESH_TP=2,
+    )
+    assert (got["num_train_rows"], got["num_eval_rows"], got["num_held_out_names"]) == (800, 50, 32)
+    assert got["seq_len"] == seq_len
+    # 8 examples of 61 tokens fill 488 of 512 slots; one per row fills 61.
+    assert got["real_fraction_packed"] >= 0.95
+    assert got["real_fraction_padded"] == pytest.approx(61 / 512)
+    assert got["messy_refused_at_default"] and got["messy_all_reasons_found"]
+    assert got["messy_dropped"] == 10
+    assert got["resume_identical"] is True
+    assert got["batch_spec"] == "P('fsdp',)"
+    assert got["headroom_ratio"] >= 10, got["tokens_per_s"]
+    assert (tmp_path / "work" / "05_data_pipeline" / "train.jsonl").is_file()
