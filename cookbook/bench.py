@@ -303,7 +303,7 @@ def hf_generate_point(model, prompts: list[list[int]], output_len: int, *, concu
 # ------------------------------------------------------------------------------------------
 # Cross-check with vLLM's own benchmark
 def vllm_bench_point(base_url: str, model: str, tokenizer_dir: str | Path, *, input_len: int,
-                     output_len: int, num_prompts: int, concurrency: int,
+                     output_len: int, num_prompts: int, concurrency: int, api_key: str | None = None,
                      timeout_s: float = 600.0) -> dict[str, Any]:
     """Run ``vllm.benchmarks.serve`` (random prompts, EOS ignored) in a subprocess.
 
@@ -323,6 +323,8 @@ def vllm_bench_point(base_url: str, model: str, tokenizer_dir: str | Path, *, in
     env = dict(os.environ)
     if not Path("/dev/accel0").exists():
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")  # libtpu is installed: pick CPU explicitly
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key  # vLLM's benchmark sends it as the bearer token
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           timeout=timeout_s, env=env)
     result = out / "result.json"
