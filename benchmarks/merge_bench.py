@@ -166,7 +166,10 @@ def child_copy(base: str, out: str) -> dict:
 def child_merge(base: str, lora: str, out: str, layers: str) -> dict:
     from cookbook import merge
 
-    r = merge.merge_lora(base, lora, out, preset=bench_preset(int(layers)), progress=False)
+    # 2 GiB shards: every layer count gets >= 2 output shards, so both shard writers run
+    # (the default is 5 GiB; memory does not depend on the shard size).
+    r = merge.merge_lora(base, lora, out, preset=bench_preset(int(layers)), progress=False,
+                         max_shard_bytes=2 * 2**30)
     sizes = [p.stat().st_size for p in Path(out).glob("*.safetensors")]
     return {"seconds": r.seconds, "num_shards": r.num_shards, "largest_shard_bytes": max(sizes)}
 

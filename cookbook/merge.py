@@ -163,16 +163,18 @@ class _LayerLoRA:
         self.factors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def update_fn(self, layer: int, hf: str) -> shards.RowFn:
-        def update(rows: np.ndarray, start: int) -> np.ndarray:
+        def update(block: np.ndarray, start: int, scratch: np.ndarray) -> None:
             if self.layer != layer:
                 self.factors = {}
                 for pair in read_lora(self.ckpt, [layer]):
                     for name, lora_a, lora_b in pair.peft_factors():
-                        self.factors[name] = (lora_a.astype(np.float32), lora_b.astype(np.float32))
+                        # alpha / rank folded into B once: (B * s) @ A == (A @ B).T * s
+                        self.factors[name] = (lora_a.astype(np.float32), lora_b.astype(np.float32) * self.scale)
                 self.layer = layer
             lora_a, lora_b = self.factors[hf]
-            delta = (lora_b[start:start + rows.shape[0]] @ lora_a) * self.scale
-            return rows + delta.reshape(rows.shape)
+            delta = scratch.reshape(block.shape[0], -1)
+            np.matmul(lora_b[start:start + block.shape[0]], lora_a, out=delta)
+            np.add(block, delta.reshape(block.shape), out=block)
 
         return update
 

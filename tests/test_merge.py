@@ -251,7 +251,9 @@ def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
     save_file({"w": w, "n": torch.ones(40, dtype=torch.bfloat16)}, str(tmp_path / "in.safetensors"))
     refs, _ = shards.read_header(tmp_path / "in.safetensors")
     delta = np.random.default_rng(0).normal(0, 0.01, (300, 40)).astype(np.float32)
-    fn = lambda rows, start: rows + delta[start:start + rows.shape[0]]  # noqa: E731
+    def fn(block, start, scratch):
+        block += delta[start:start + block.shape[0]]
+
     # block_bytes small enough that the update runs in several row blocks
     shards.write_shard(tmp_path / "out.safetensors", [shards.OutTensor(name="w", src=refs["w"], update=fn),
                                                        shards.OutTensor(name="n", src=refs["n"])],
