@@ -52,6 +52,8 @@ def test_load_generator_against_vllm(vllm_lora_server):
         assert p["ttft_ms"]["p50"] < p["e2e_ms"]["p50"] and p["tpot_ms"]["p50"] > 0
     # More in flight, more tokens per second (continuous batching), even on a busy host.
     assert points[1]["output_tok_s"] > 1.5 * points[0]["output_tok_s"]
+    paced = bench.run_point(server.base_url, "base", prompts[:6], 4, request_rate=20.0, api_key=server.api_key)
+    assert paced["num_ok"] == 6 and paced["request_rate"] == 20.0
     bad = bench.run_point(server.base_url, "base", prompts[:2], 4, api_key="wrong-key")
     assert bad["num_ok"] == 0 and "HTTP 401" in bad["errors"][0]
     burst = bench.run_scenario(server.base_url, "base",

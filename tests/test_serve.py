@@ -206,3 +206,13 @@ def _processes_mentioning(text: str) -> list[int]:
             if text in cmd and serve._alive(int(entry)):
                 found.append(int(entry))
     return found
+
+
+def test_cli_prints_the_tpu_command(tmp_path, capsys):
+    from cookbook import cli
+
+    assert cli.main(["serve", str(tmp_path), "--tpu", "--preset", "gemma4_31b", "--name", "v"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("docker run") and "--tensor-parallel-size 8" in out and "vllm/vllm-tpu" in out
+    assert cli.main(["serve", str(tmp_path / "missing")]) == 1  # clear error, no traceback
+    assert "does not exist" in capsys.readouterr().err
