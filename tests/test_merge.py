@@ -262,3 +262,27 @@ def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
     want = (w.float().numpy() + delta).astype(ml_dtypes.bfloat16).astype(np.float32)
     assert out["w"].dtype == torch.bfloat16 and np.array_equal(out["w"].float().numpy(), want)
     assert torch.equal(out["n"], torch.ones(40, dtype=torch.bfloat16))
+
+
+@pytest.mark.slow
+def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
+    """Qwix's LoRA shapes on the (abstract, weightless) 31B Tunix model map onto exactly the
+    transformers weights (tiny is covered by the logit test): K = V global layers included."""
+    from flax import nnx
+
+    from cookbook import loader, lora, models
+
+    p = models.get_preset(preset)
+    model = lora.abstract_lora_model(p, lora.LoraConfig(rank=64, alpha=64.0))
+    pairs = peft_export.lora_pairs(nnx.state(model, nnx.LoRAParam))
+    peft_export.check_pairs_fit_preset(pairs, p, 64)
+    expected = loader.expected_hf_shapes(p, "model.")
+    covered = {}
+    for pair in pairs:
+        for hf in peft_export.TUNIX_TO_HF[pair.module]:
+            if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
+                continue
+            covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge._hf_module_shape(pair, hf)
+    projections = {k: v for k, v in expected.items() if k.endswith("_proj.weight")}
+    assert covered == projections
+    assert sum(k.endswith("v_proj.weight") for k in covered) == len(p.sliding_layers)
