@@ -636,7 +636,8 @@ def apply_lora(
     Args:
       model: a Tunix ``Gemma4`` (e.g. from ``cookbook.loader.load_tunix_model``).
       lora: rank, alpha, dropout and targets (PEFT names). With ``dropout > 0`` Qwix
-        applies dropout on every call, evaluation included, using the model's rngs.
+        applies dropout on every call, evaluation included, using the model's rngs:
+        evaluate and sample through :func:`without_lora_dropout`.
       preset: the model's preset (names the layers for the target translation).
       mesh: the mesh the model is sharded on; the initialising call's inputs are
         sharded on its ``fsdp`` axis and the call runs inside it.
@@ -693,6 +694,40 @@ def apply_lora(
             + f"Qwix module_path was {module_path!r}."
         )
     return lora_model
+
+
+def without_lora_dropout(
+    lora_model,
+    lora: LoraConfig,
+    *,
+    preset: str | models.ModelPreset,
+    allow_partial: bool = False,
+):
+    """A view of a LoRA model for evaluation and sampling: same weights, no LoRA dropout.
+
+    Qwix applies LoRA dropout on every call (there is no train/eval switch), so a model
+    from :func:`apply_lora` with ``dropout > 0`` gives noisy logits and samples. This
+    re-wraps it with a dropout-free Qwix provider; the arrays are shared, not copied (so
+    it costs no memory). After more training steps refresh it with
+    ``nnx.update(view, nnx.state(lora_model, nnx.LoRAParam))``.
+    """
+    import qwix
+    from flax import nnx
+
+    p = models.get_preset(preset)
+    provider = qwix.LoraProvider(
+        module_path=qwix_module_path(lora.targets, p, allow_partial=allow_partial),
+        rank=lora.rank,
+        alpha=float(lora.alpha),
+        dropout=0.0,
+    )
+    view = qwix.apply_lora_to_model(lora_model, provider, rngs=nnx.Rngs(0), skip_nnx_init=True)
+    got = count_lora_params(view)
+    if got != count_lora_params(lora_model) or got == 0:
+        raise LoraApplicationError(
+            f"the dropout-free view has {got:,} LoRA parameters; expected the model's"
+        )
+    return view
 
 
 # --------------------------------------------------------------------------------------

@@ -192,6 +192,15 @@ def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
     a, b = drop(**inputs)[0], drop(**inputs)[0]
     assert float(jnp.abs(a - b).max()) > 1e-4  # Qwix's LoRA dropout draws new masks per call
 
+    # the evaluation view: same LoRA weights, no dropout, deterministic
+    view = L.without_lora_dropout(drop, L.LoraConfig(rank=4, alpha=8.0, dropout=0.5), preset="tiny")
+    c, d = view(**inputs)[0], view(**inputs)[0]
+    np.testing.assert_array_equal(c, d)
+    no_drop = L.apply_lora(tiny_tunix, L.LoraConfig(rank=4, alpha=8.0), preset="tiny")
+    nnx.update(no_drop, nnx.state(drop, nnx.LoRAParam))
+    np.testing.assert_allclose(c, no_drop(**inputs)[0], atol=1e-5)
+    assert float(jnp.abs(c - base_logits).max()) > 1e-3
+
 
 def test_apply_lora_is_immune_to_the_remat_trap():
     """Qwix inside a remat-wrapped call creates no adapters; apply_lora turns remat off first.
