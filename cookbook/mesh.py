@@ -451,10 +451,17 @@ class DistributedInfo:
 
 
 def _tpu_pod_env() -> bool:
+    """Environment variables that GKE / multislice set on multi-host TPU jobs."""
     hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
     return len([h for h in hosts.split(",") if h.strip()]) > 1 or bool(
         os.environ.get("MEGASCALE_COORDINATOR_ADDRESS")
     )
+
+
+def _on_tpu_host() -> bool:
+    """TPU chips attached and JAX not pinned to CPU."""
+    has_chips = os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+    return has_chips and os.environ.get("JAX_PLATFORMS", "") != "cpu"
 
 
 def initialize_distributed(
@@ -468,9 +475,11 @@ def initialize_distributed(
 
     * ``num_processes > 1``: explicit, e.g. ``initialize_distributed("10.0.0.2:8476", 4, i)``
       (also from ``COOKBOOK_COORDINATOR``, ``COOKBOOK_NUM_PROCESSES``, ``COOKBOOK_PROCESS_ID``).
-    * On a multi-host TPU pod slice (``TPU_WORKER_HOSTNAMES`` lists several hosts): JAX
-      discovers coordinator and process ids itself.
-    * Otherwise nothing happens: single-host slices (v5p-8, v6e-8) and CPU need no setup.
+    * On a TPU host (or with GKE's ``TPU_WORKER_HOSTNAMES`` listing several hosts):
+      ``jax.distributed.initialize()`` with no arguments; JAX discovers the coordinator and
+      process ids from the environment or the Cloud TPU metadata server (a single-host
+      slice joins as 1 process of 1).
+    * Otherwise (CPU, GPU without arguments) nothing happens.
 
     Every host runs the same program; afterwards ``jax.devices()`` lists all chips of the
     slice and a mesh built from them is global.
@@ -506,8 +515,18 @@ def initialize_distributed(
             local_device_ids=local_device_ids,
         )
         mode = "explicit"
-    elif _tpu_pod_env():
-        jax.distributed.initialize()
+    elif _tpu_pod_env() or _on_tpu_host():
+        # JAX finds the pod's coordinator and this host's id itself (GKE environment
+        # variables, or the Cloud TPU VM metadata server); a single-host VM joins as 1 of 1.
+        try:
+            jax.distributed.initialize()
+        except ValueError:
+            if _tpu_pod_env():
+                raise
+            # no cluster detected (e.g. a notebook runtime without TPU metadata): one host
+            return DistributedInfo(
+                initialized=False, mode="single-host", process_count=1, process_index=0
+            )
         mode = "tpu-pod"
     else:
         return DistributedInfo(
