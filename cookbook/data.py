@@ -515,6 +515,8 @@ def make_train_iter(
       config: :class:`DataConfig`.
       mesh: shard batches along ``config.data_axis`` of this mesh (None: numpy batches).
       num_epochs: passes over the data (None: forever; the trainer's max_steps stops it).
+        On a multi-host slice keep None: with packing, processes can pack their slices
+        into different numbers of batches, and one running out first would stall the rest.
       start_step: skip this many batches, to resume a run with the same order. (Tunix's
         ``PeftTrainer`` restoring a checkpoint already skips the batches it has trained
         on when given a fresh iterator: do not skip twice.)

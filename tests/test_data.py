@@ -1,6 +1,8 @@
 """The data pipeline: template rendering and loss masks, bad rows, padding and packing,
 Grain order and resume, sharding, and that packed rows really keep examples apart."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,12 @@ def tok(tiny_base):
 @pytest.fixture(scope="module")
 def rows():
     return sample_task.generate_rows("train", n=400)
+
+
+@pytest.fixture(scope="module")
+def examples(tok, rows):
+    """The rows tokenised once (every sample row fits 128 tokens)."""
+    return data.prepare_examples(rows, tok, data.DataConfig(seq_len=128))[0]
 
 
 def _segments(batch):
@@ -185,10 +193,10 @@ def test_packed_batches_hold_whole_examples_with_restarting_positions(tok, rows)
     assert data.real_token_fraction(batches) >= 0.95
 
 
-def test_packing_beats_padding_at_the_same_shape(tok, rows):
+def test_packing_beats_padding_at_the_same_shape(examples):
     def frac(packing):
         cfg = data.DataConfig(seq_len=256, batch_size=4, packing=packing)
-        return data.real_token_fraction(data.make_train_iter(rows, tok, cfg, num_epochs=1))
+        return data.real_token_fraction(data.iter_batches(examples, cfg, num_epochs=1))
 
     padded, packed = frac(False), frac(True)
     assert packed >= 0.95 and padded < 0.3, (packed, padded)
@@ -247,47 +255,109 @@ def _tokens(it, n):
 
 
 @pytest.mark.parametrize("packing", [False, True])
-def test_order_is_deterministic_and_resumable(tok, rows, packing):
+def test_order_is_deterministic_and_resumable(examples, packing):
     cfg = data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=7)
-    ref = _tokens(data.make_train_iter(rows, tok, cfg), 80)  # past one epoch (400 rows)
-    again = _tokens(data.make_train_iter(rows, tok, cfg), 80)
+    ref = _tokens(data.iter_batches(examples, cfg), 60)  # past one epoch (400 rows)
+    again = _tokens(data.iter_batches(examples, cfg), 60)
     for a, b in zip(ref, again, strict=True):
         np.testing.assert_array_equal(a, b)
-    other = _tokens(data.make_train_iter(rows, tok, data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=8)), 1)
+    other = _tokens(data.iter_batches(examples, data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=8)), 1)
     assert not np.array_equal(ref[0], other[0])
-    resumed = data.make_train_iter(rows, tok, cfg, start_step=60)
-    assert resumed.step == 60
-    for a, b in zip(ref[60:], _tokens(resumed, 20), strict=True):
+    resumed = data.iter_batches(examples, cfg, start_step=48)
+    assert resumed.step == 48
+    for a, b in zip(ref[48:], _tokens(resumed, 12), strict=True):
         np.testing.assert_array_equal(a, b)
     # Grain's iterator state, saved part-way, restores the same stream.
-    it = data.make_train_iter(rows, tok, cfg)
-    _tokens(it, 30)
+    it = data.iter_batches(examples, cfg)
+    _tokens(it, 20)
     state = it.get_state()
-    fresh = data.make_train_iter(rows, tok, cfg)
+    fresh = data.iter_batches(examples, cfg)
     fresh.set_state(state)
-    assert fresh.step == 30
-    for a, b in zip(ref[30:40], _tokens(fresh, 10), strict=True):
+    assert fresh.step == 20
+    for a, b in zip(ref[20:30], _tokens(fresh, 10), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def test_epochs_reshuffle(tok, rows):
+def test_epochs_reshuffle(examples):
     cfg = data.DataConfig(seq_len=64, batch_size=8, seed=0)
-    batches = _tokens(data.make_train_iter(rows, tok, cfg, num_epochs=2), 100)
+    batches = _tokens(data.iter_batches(examples, cfg, num_epochs=2), 100)
     first, second = np.concatenate(batches[:50]), np.concatenate(batches[50:])
     assert not np.array_equal(first, second)
     assert sorted(map(tuple, first)) == sorted(map(tuple, second))
 
 
-def test_batches_are_sharded_on_the_data_axis(tok, rows, mesh_4x2):
+def test_batches_are_sharded_on_the_data_axis(examples, mesh_4x2):
     from jax.sharding import PartitionSpec
 
     cfg = data.DataConfig(seq_len=64, batch_size=8)
-    host = next(data.make_train_iter(rows, tok, cfg))
-    batch = next(data.make_train_iter(rows, tok, cfg, mesh=mesh_4x2))
+    host = next(data.iter_batches(examples, cfg))
+    batch = next(data.iter_batches(examples, cfg, mesh=mesh_4x2))
     for key, value in batch.items():
         assert value.shape == (8, 64)
         assert value.sharding.spec == PartitionSpec("fsdp")
         assert len(value.addressable_shards) == 8 and value.addressable_shards[0].data.shape == (2, 64)
         np.testing.assert_array_equal(np.asarray(value), host[key])
     with pytest.raises(ValueError, match="batch_size=6 does not divide over the mesh's 'fsdp' axis of size 4"):
-        data.make_train_iter(rows, tok, data.DataConfig(batch_size=6), mesh=mesh_4x2)
+        data.iter_batches(examples, data.DataConfig(batch_size=6), mesh=mesh_4x2)
+
+
+_MULTIHOST_WORKER = """
+import json, sys
+import numpy as np
+from cookbook import data, mesh
+coordinator, pid, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+mesh.initialize_distributed(coordinator, 2, pid)
+import jax
+from jax.experimental import multihost_utils
+examples = [data.Example(np.asarray(t, np.int32), np.asarray(m, np.int32), n) for t, m, n in json.load(open(path))]
+it = data.iter_batches(examples, data.DataConfig(seq_len=64, batch_size=8, seed=0), mesh=mesh.make_mesh(4, 2))
+out = []
+for _ in range(2):
+    batch = next(it)["input_tokens"]
+    out.append({"shape": list(batch.shape), "global": np.asarray(multihost_utils.process_allgather(batch, tiled=True)).tolist()})
+print("RESULT " + json.dumps({"pid": jax.process_index(), "count": jax.process_count(), "batches": out}), flush=True)
+jax.distributed.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_each_process_reads_its_own_rows(tmp_path, examples):
+    """Two JAX processes (4 fake devices each) share one global batch, half from each."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    path = tmp_path / "examples.json"
+    path.write_text(json.dumps([[e.token_ids.tolist(), e.loss_mask.tolist(), e.row] for e in examples[:64]]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MULTIHOST_WORKER, f"127.0.0.1:{port}", str(i), str(path)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for i in range(2)
+    ]
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+            assert p.returncode == 0 and line, out[-3000:]
+            results.append(json.loads(line[len("RESULT "):]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    all_rows = {tuple(np.pad(e.token_ids, (0, 64 - len(e.token_ids)))): e.row for e in examples[:64]}
+    assert [r["count"] for r in results] == [2, 2]
+    for step in range(2):
+        a, b = (r["batches"][step] for r in results)
+        assert a["shape"] == [8, 64] and a["global"] == b["global"]  # one global batch
+        source_rows = [all_rows[tuple(row)] for row in a["global"]]
+        # Rows 0-3 come from process 0's slice (odd row numbers: examples[0::2]), 4-7 from process 1's.
+        assert all(n % 2 == 1 for n in source_rows[:4]) and all(n % 2 == 0 for n in source_rows[4:])
+        assert len(set(source_rows)) == 8
