@@ -47,17 +47,22 @@ SECTIONS: tuple[Section, ...] = (
     Section(prefix="02", title="LoRA naming", about="which projections got adapters on each layer type (the K = V trap)",
             highlights=(r"coverage|by_kind", r"naive_global_k|qwix_measured", r"peft_measured", r"lora.*param|param.*lora")),
     Section(prefix="03", title="Sharding fixes", about="per-device memory table; nothing large replicated by accident",
-            highlights=(r"memory|bytes", r"replicat")),
+            highlights=(r"replicated_mib_after", r"max_per_device_mib_after", r"lora_max_per_device",
+                        r"memory|bytes|mib", r"replicat")),
     Section(prefix="04", title="Remat and the TPU fit check", about="compiled memory and step time per remat choice; 31B on v5p-8 / v6e-8",
             highlights=(r"remat", r"gib|memory|hbm", r"tflop|flop")),
     Section(prefix="05", title="Data pipeline", about="packing efficiency against padding; bad-row report",
-            highlights=(r"packing|pack", r"padding|pad", r"real")),
+            highlights=(r"real_fraction_packed", r"real_fraction_padded$", r"headroom|tokens_per_s",
+                        r"packing|pack", r"padding|pad", r"real")),
     Section(prefix="06", title="LoRA fine-tuning", about="loss curve; exact-match accuracy before and after",
-            highlights=(r"accuracy|exact", r"loss", r"tokens_per_s|step")),
+            highlights=(r"base_accuracy", r"finetuned_accuracy", r"final_eval_loss", r"accuracy|exact", r"loss",
+                        r"tokens_per_s|step")),
     Section(prefix="07", title="Merge", about="merged-model parity with Tunix+LoRA, shard sizes, merge speed and memory",
-            highlights=(r"parity|diff", r"rss|memory|gib", r"time|speed|_s$")),
+            highlights=(r"logit_max_abs_diff|parity|diff", r"largest_shard_bytes|num_shards",
+                        r"extrapolated|rss|memory|gib", r"time|speed|_s$")),
     Section(prefix="08", title="Serving with vLLM", about="TTFT and throughput against transformers; served fine-tuned accuracy",
-            highlights=(r"ttft", r"throughput|tokens_per_s", r"accuracy")),
+            highlights=(r"served_accuracy", r"speedup_at_max_concurrency", r"ttft", r"base_accuracy",
+                        r"throughput|tokens_per_s", r"accuracy")),
     Section(prefix="09", title="Cost comparison", about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
             highlights=(r"^train_cost_ratio$", r"total_cost_ratio", r"break_even", r"ratio", r"usd|cost")),
 )
@@ -295,27 +300,58 @@ def _cost_plot(name: str, curve: Mapping[str, Any]) -> _Plot:
     return _Plot(name=name, png=buf.getvalue(), caption="training + H hours of serving: total cost and GPU/TPU ratio")
 
 
-def _render_cost(stem: str, results: dict[str, Any]) -> tuple[list[str], list[_Plot], set[str]]:
+def _render_cost(stem: str, results: dict[str, Any]) -> tuple[list[str], list[str], list[_Plot], set[str]]:
     """Notebook 09's own view: the paper's table with the predicted row, then the curve."""
     from cookbook import cost
 
     if "paper_table" not in results:
-        return [], [], set()
+        return [], [], [], set()
     lines = [cost.format_table(results["paper_table"], results.get("predicted")), ""]
-    return lines, [], {"paper_table", "predicted", "total_cost_ratio_at_hours"}
+    return lines, [], [], {"paper_table", "predicted", "total_cost_ratio_at_hours"}
 
 
-# Section-specific views, for results whose shape the generic renderer shows poorly.
-CUSTOM_RENDERERS = {"09": _render_cost}
+def _render_train(stem: str, results: dict[str, Any]) -> tuple[list[str], list[str], list[_Plot], set[str]]:
+    """Notebook 06: the loss curve, read back from the training run's own metrics log."""
+    run = results.get("run_dir")
+    if not run or not (Path(run) / "metrics.jsonl").is_file():
+        return [], [], [], set()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cookbook import train
+
+    metrics = train.read_metrics(run)
+    ax = train.plot_loss(run)
+    ax.set_title("LoRA fine-tuning: loss")
+    buf = io.BytesIO()
+    ax.figure.tight_layout()
+    ax.figure.savefig(buf, format="png", dpi=90)
+    plt.close(ax.figure)
+    slug = f"{stem}_loss_curve"
+    summary = ", ".join(f"{name} {_fmt(points[0][1])} → {_fmt(points[-1][1])} ({len(points)} points)"
+                        for name, points in metrics.items() if name.endswith("loss") and points)
+    after = [f"**loss curve** (from {run}/metrics.jsonl): {summary}", "", f"![loss curve]({{plot:{slug}}})", ""]
+    return [], after, [_Plot(name=slug, png=buf.getvalue(), caption="train and eval loss")], set()
+
+
+# Section-specific views, for results whose shape the generic renderer shows poorly:
+# (stem, results) -> (lines before the generic part, lines after it, plots, keys consumed).
+CUSTOM_RENDERERS = {"06": _render_train, "09": _render_cost}
 
 
 def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> tuple[list[str], list[_Plot]]:
     """Markdown lines and plots for one notebook's recorded values."""
     lines: list[str] = []
     plots: list[_Plot] = []
+    after: list[str] = []
     custom = CUSTOM_RENDERERS.get(section.prefix)
     if custom is not None:
-        lines, plots, consumed = custom(stem, dict(results))
+        try:
+            lines, after, plots, consumed = custom(stem, dict(results))
+        except Exception as e:  # a broken extra view must not hide the recorded values
+            lines, after, plots, consumed = [f"> (section view failed: {type(e).__name__}: {e})", ""], [], [], set()
         results = {k: v for k, v in results.items() if k not in consumed}
     pats = [re.compile(p, re.I) for p in section.highlights]
 
@@ -377,7 +413,7 @@ def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> t
             lines += [f"**{k}**", ""]
             lines.append("```json\n" + (text if len(text) < 1500 else text[:1500] + "\n...") + "\n```")
             lines.append("")
-    return lines, plots
+    return lines + after, plots
 
 
 # --- the report -------------------------------------------------------------------------

@@ -120,3 +120,19 @@ def test_unknown_notebook_gets_a_generic_section(run):
     _write(run_dir, "10_extra_step", {"answer": 42})
     md = report.write_report(run_dir, nbs).markdown
     assert "## 10. Extra step" in md and "| answer | 42 |" in md
+
+
+def test_training_loss_curve_read_from_the_run(run):
+    run_dir, nbs = run
+    train_run = run_dir.parent / "train_run"
+    train_run.mkdir()
+    # cookbook.train's metrics log: one JSON line per logged scalar.
+    lines = [{"name": "train/loss", "step": s, "value": 6.0 / (1 + s)} for s in range(0, 50, 5)]
+    lines += [{"name": "eval/loss", "step": s, "value": 5.5 / (1 + s)} for s in (0, 25, 45)]
+    (train_run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    _write(run_dir, "06_train", {"run_dir": str(train_run), "base_accuracy": 0.0, "finetuned_accuracy": 0.875})
+    md = report.write_report(run_dir, nbs).markdown
+    part = md[md.index("## 06. "):md.index("## 07. ")]
+    assert "train/loss 6 → 0.1304 (10 points)" in part and "eval/loss 5.5 → 0.1196 (3 points)" in part
+    assert "report_files/06_train_loss_curve.png" in part
+    assert part.index("| base_accuracy | 0 |") < part.index("| finetuned_accuracy | 0.875 |") < part.index("loss curve")
