@@ -261,11 +261,16 @@ def make_mesh(config: TrainConfig):
     return mesh_lib.make_mesh(config.mesh_fsdp, config.mesh_tp)
 
 
-def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, mesh=None):
-    """The base model from ``base_dir`` with LoRA applied (B = 0: it still equals the base)."""
+def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, mesh: Any = "auto"):
+    """The base model from ``base_dir`` with LoRA applied (B = 0: it still equals the base).
+
+    ``mesh="auto"``: the config's mesh (:func:`make_mesh`; None on 1 x 1 is one device).
+    """
     from cookbook import loader
 
     base_dir = base_dir or resolve_base_dir(config)
+    if isinstance(mesh, str):
+        mesh = make_mesh(config)
     model = loader.load_tunix_model(base_dir, config.model_preset, mesh=mesh, dtype=config.param_dtype)
     return lora_lib.apply_lora(
         model, config.lora, preset=config.model_preset, mesh=mesh, seed=config.seed, remat=config.remat
@@ -313,7 +318,7 @@ class _JsonlBackend:
         self._f = path.open("a", encoding="utf-8")
 
     def log_scalar(self, event: str, value, **kwargs) -> None:
-        if not event.strip("/").startswith(("train/", "eval/")):
+        if self._f.closed or not event.strip("/").startswith(("train/", "eval/")):
             return  # jax.monitoring also reports compile times etc. to every listener
         step = int(kwargs.get("step", 0))
         value = float(np.asarray(value))
@@ -371,6 +376,8 @@ def _make_hooks(trainer_cls_module, token_counter: list[int], run_dir: Path):
 
         def on_train_start(self, train_ctx):
             self._t, self._tokens = time.perf_counter(), token_counter[0]
+            # So the progress bar finds the metric before the first measurement.
+            train_ctx.metrics_logger.log(train_ctx.metrics_prefix, "tokens_per_s", 0.0, "train", train_ctx.train_steps)
 
         def on_train_end(self, train_ctx):
             pass
@@ -427,6 +434,25 @@ def _guard_checkpoints(trainer, run_dir: Path) -> None:
         return original_save(step, model, *args, **kwargs)
 
     manager.save = save
+
+
+def _scalar_listeners() -> list:
+    from jax._src import monitoring
+
+    return list(monitoring._scalar_listeners)
+
+
+def _drop_new_scalar_listeners(before: list) -> None:
+    """Unregister the metric backends this run added to ``jax.monitoring``.
+
+    Tunix's ``MetricsLogger.close`` relies on ``jax.monitoring.clear_event_listeners``,
+    which (jax 0.10) leaves scalar listeners registered: a second run in the same process
+    would otherwise keep writing to the first run's closed files.
+    """
+    from jax._src import monitoring
+
+    keep = [f for f in monitoring._scalar_listeners if any(f is b for b in before)]
+    monitoring._scalar_listeners[:] = keep
 
 
 def _batches(it, mesh, axis: str, skip: int, token_counter: list[int]) -> Iterator[Any]:
@@ -522,6 +548,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     )
     context = mesh if mesh is not None else contextlib.nullcontext()
     token_counter = [0]
+    listeners_before = _scalar_listeners()
     with context:
         trainer = _make_trainer_class()(model, make_optimizer(config), tcfg)
         trainer.recipe = rec
@@ -543,6 +570,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
             trainer.checkpoint_manager.close()  # waits for an async save in flight
             with contextlib.suppress(Exception):
                 trainer.metrics_logger.close()
+            _drop_new_scalar_listeners(listeners_before)
         elapsed = time.perf_counter() - start
     jax.effects_barrier()
 
@@ -587,8 +615,11 @@ def ensure_trained(config: TrainConfig, *, progress: bool = True) -> Path:
 # Loading a run and evaluating
 
 
-def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh=None):
-    """The base model with the run's LoRA weights from checkpoint ``step`` (default latest)."""
+def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto"):
+    """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
+
+    ``mesh="auto"``: the mesh the run trained on.
+    """
     from tunix.sft import checkpoint_manager
 
     config = config_of_run(run_dir)
@@ -694,6 +725,58 @@ def plot_loss(run_dir: str | Path, ax=None):
     ax.legend()
     ax.grid(alpha=0.3)
     return ax
+
+
+def describe_configs(configs: list[TrainConfig]) -> str:
+    """A plain-text table of the main settings of several configs, side by side."""
+    rows = {
+        "model preset": lambda c: c.model_preset,
+        "LoRA rank / alpha / dropout": lambda c: f"{c.lora.rank} / {c.lora.alpha:g} / {c.lora.dropout:g}",
+        "LoRA targets": lambda c: c.lora.targets if isinstance(c.lora.targets, str)
+        else ",".join(t.removesuffix("_proj") for t in c.lora.targets),
+        "peak lr, warm-up -> cosine": lambda c: f"{c.learning_rate:g}, {c.warmup_steps} -> {c.max_steps}",
+        "weight decay / clip": lambda c: f"{c.weight_decay:g} / {c.max_grad_norm or 'none'}",
+        "batch x accum x seq": lambda c: f"{c.data.batch_size} x {c.grad_accum_steps} x {c.data.seq_len}",
+        "packing": lambda c: str(c.data.packing),
+        "optimizer steps": lambda c: str(c.max_steps),
+        "mesh fsdp x tp": lambda c: f"{c.mesh_fsdp} x {c.mesh_tp}",
+        "remat / dtype": lambda c: f"{c.remat} / {c.param_dtype or models.get_preset(c.model_preset).dtype}",
+        "eval / checkpoint every": lambda c: f"{c.eval_every_steps} / {c.checkpoint_every_steps}",
+    }
+    table = [["", *[c.model_preset for c in configs]]] + [[k, *[str(f(c)) for c in configs]] for k, f in rows.items()]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in table)
+
+
+_CLI_FLAGS = {  # TrainConfig path -> cookbook train flag
+    "max_steps": "--max-steps", "learning_rate": "--lr", "warmup_steps": "--warmup-steps",
+    "weight_decay": "--weight-decay", "grad_accum_steps": "--grad-accum", "max_grad_norm": "--clip",
+    "eval_every_steps": "--eval-every", "checkpoint_every_steps": "--checkpoint-every", "seed": "--seed",
+    "lora.rank": "--rank", "lora.alpha": "--alpha", "lora.dropout": "--dropout",
+    "data.seq_len": "--seq-len", "data.batch_size": "--batch-size",
+}  # fmt: skip
+
+
+def cli_command(config: TrainConfig, *, out: str, data: str | None = None) -> str:
+    """The ``cookbook train`` command line that runs ``config`` (flags only where it differs
+    from its preset's recipe)."""
+    recipe_cfg = train_preset(config.model_preset).to_dict()
+    mine = config.to_dict()
+    parts = ["cookbook", "train", "--preset", config.model_preset]
+    for path, flag in _CLI_FLAGS.items():
+        keys = path.split(".")
+        a, b = mine, recipe_cfg
+        for k in keys:
+            a, b = a[k], b[k]
+        if a != b and a is not None:
+            parts += [flag, str(a)]
+    if not config.data.packing:
+        parts.append("--no-packing")
+    if (config.mesh_fsdp, config.mesh_tp) != (recipe_cfg["mesh_fsdp"], recipe_cfg["mesh_tp"]):
+        parts += ["--mesh", f"{config.mesh_fsdp}x{config.mesh_tp}"]
+    if data or config.train_data:
+        parts += ["--data", data or str(config.train_data)]
+    return " ".join([*parts, "--out", out])
 
 
 # ----------------------------------------------------------------------------------------

@@ -108,9 +108,16 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     model = train.restore_lora_model(run)
     arrays = train.lora_arrays(model)
     assert arrays and any("lora_b" in k and np.abs(v).max() > 0 for k, v in arrays.items())
-    fresh = train.build_lora_model(c)
-    base_a = fresh.layers[0].attn.q_einsum.w.value
-    np.testing.assert_array_equal(np.asarray(model.layers[0].attn.q_einsum.w.value), np.asarray(base_a))
+    from safetensors import safe_open
+
+    from cookbook import loader
+
+    key = "model.language_model.layers.0.self_attn.q_proj.weight"
+    with safe_open(str(tiny_base / loader.read_checkpoint_index(tiny_base)[key]), "numpy") as f:
+        q_proj = f.get_tensor(key)  # (heads * head_dim, embed)
+    p = model.config
+    want = q_proj.reshape(p.num_heads, p.head_dim, p.embed_dim).transpose(0, 2, 1)
+    np.testing.assert_array_equal(np.asarray(model.layers[0].attn.q_einsum.w.value), want)
 
     # Rerunning a finished run resumes at its last step and trains nothing more.
     again = train.train(c, run, progress=False)

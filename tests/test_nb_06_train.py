@@ -1,0 +1,20 @@
+"""Notebook 06 run by papermill with other parameters; asserts on what it recorded."""
+
+import pytest
+from nbutil import run_notebook
+
+
+@pytest.mark.slow
+def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
+    # Fewer eval prompts and another Sampler batch size than the committed defaults; the
+    # training config is the tiny recipe's, so the cached run (shared with nbmake and
+    # notebooks 07/08) is reused when present.
+    res = run_notebook("06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1)
+    assert res["num_eval_rows"] == 100
+    assert res["base_accuracy"] <= 0.05
+    assert res["finetuned_accuracy"] >= 0.8
+    assert res["num_wrong"] == round((1 - res["finetuned_accuracy"]) * 100)
+    assert res["final_train_loss"] < res["first_train_loss"] / 10
+    assert res["final_eval_loss"] < 0.5
+    assert res["rerun_resumed_from"] == res["max_steps"]
+    assert res["tokens_per_s"] > 0
