@@ -258,9 +258,17 @@ def _prompt_completion_messages(row: dict) -> list:
 
 
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; load the "
+            "checkpoint's tokenizer (cookbook.data.load_tokenizer), which carries Gemma 4's"
+        )
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    except Exception as e:  # jinja raises from inside the template (e.g. raise_exception)
+        raise RowError(f"the chat template rejected the row: {e}") from e
 
 
 def tokenize_chat(tokenizer, row: Any) -> tuple[np.ndarray, np.ndarray]:

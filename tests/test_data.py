@@ -361,3 +361,12 @@ def test_each_process_reads_its_own_rows(tmp_path, examples):
         # Rows 0-3 come from process 0's slice (odd row numbers: examples[0::2]), 4-7 from process 1's.
         assert all(n % 2 == 1 for n in source_rows[:4]) and all(n % 2 == 0 for n in source_rows[4:])
         assert len(set(source_rows)) == 8
+
+
+def test_a_tokenizer_without_chat_template_is_refused(tok):
+    import copy
+
+    bare = copy.deepcopy(tok)
+    bare.chat_template = None
+    with pytest.raises(data.DataError, match="has no chat template"):
+        data.tokenize_chat(bare, sample_task.generate_rows("eval", n=1)[0])
