@@ -135,4 +135,4 @@ def test_training_loss_curve_read_from_the_run(run):
     part = md[md.index("## 06. "):md.index("## 07. ")]
     assert "train/loss 6 → 0.1304 (10 points)" in part and "eval/loss 5.5 → 0.1196 (3 points)" in part
     assert "report_files/06_train_loss_curve.png" in part
-    assert part.index("| base_accuracy | 0 |") < part.index("| finetuned_accuracy | 0.875 |") < part.index("loss curve")
+    assert part.index("| base_accuracy | 0 |") < part.index("| finetuned_accuracy | 0.875 |") < part.index("**loss curve**")
