@@ -21,8 +21,10 @@ attention mask Tunix's Gemma 4 takes.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -445,6 +447,17 @@ def build_dataset(examples: Sequence[Example], config: DataConfig, *, num_epochs
     return it
 
 
+# Grain's prefetch iterators fail noisily when garbage-collected during interpreter
+# shutdown; close the live ones while modules still exist.
+_LIVE_ITERATORS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_iterators() -> None:
+    for it in list(_LIVE_ITERATORS):
+        it.close()
+
+
 class TrainIterator(Iterator[dict]):
     """Iterator of training batches; knows its step and can save/restore Grain's state.
 
@@ -476,16 +489,25 @@ class TrainIterator(Iterator[dict]):
                     f"batch_size={config.batch_size} does not divide over the mesh's "
                     f"{config.data_axis!r} axis of size {axis}; use a multiple of {axis}"
                 )
+        _LIVE_ITERATORS.add(self)
         for _ in range(start_step):  # deterministic replay: cheap host work, no device
             next(self._it)
             self.step += 1
 
     def __next__(self) -> dict:
+        if self._it is None:
+            raise StopIteration  # closed
         batch = next(self._it)
         self.step += 1
         if self._mesh is None:
             return batch
         return shard_batch(batch, self._mesh, self._config.data_axis)
+
+    def close(self) -> None:
+        """Stop Grain's prefetch thread (also done at interpreter exit)."""
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "close"):
+            it.close()
 
     def get_state(self) -> dict:
         """Grain's iterator state plus the step (save it beside a checkpoint)."""
