@@ -12,7 +12,9 @@ then measures, each in a fresh child process on the same disk:
 * Tunix's ``save_lora_merged_model_as_safetensors`` on a single-file copy of the smallest
   base (it reads only ``model.safetensors`` and holds the model in RAM).
 
-Peak RSS is the child's ``VmHWM``. Writes ``benchmarks/results/merge_bench.json``.
+Peak RSS is the child's ``VmHWM``; CPU seconds (user + system) are recorded too, because
+on a shared 2-core machine a CPU-bound step is slowed by other load and a disk-bound one
+much less (``load_avg_*`` in the JSON says how busy the machine was). Writes ``benchmarks/results/merge_bench.json``.
 
     .venv/bin/python benchmarks/merge_bench.py --layers 1,2,4 --tunix-layers 1 --work /work/e_bench_tmp
 """
@@ -154,13 +156,13 @@ def make_lora(work: Path, num_layers: int) -> Path:
 # --------------------------------------------------------------------------------------
 # Children: one measured action each
 def child_copy(base: str, out: str) -> dict:
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     Path(out).mkdir()
     for src in sorted(Path(base).glob("*.safetensors")):
         shutil.copyfile(src, Path(out) / src.name)
         with open(Path(out) / src.name, "rb+") as f:
             os.fsync(f.fileno())
-    return {"seconds": time.perf_counter() - t}
+    return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu}
 
 
 def child_merge(base: str, lora: str, out: str, layers: str) -> dict:
@@ -168,10 +170,12 @@ def child_merge(base: str, lora: str, out: str, layers: str) -> dict:
 
     # 2 GiB shards: every layer count gets >= 2 output shards, so both shard writers run
     # (the default is 5 GiB; memory does not depend on the shard size).
+    cpu = time.process_time()  # user + system, all threads
     r = merge.merge_lora(base, lora, out, preset=bench_preset(int(layers)), progress=False,
                          max_shard_bytes=2 * 2**30)
+    cpu = time.process_time() - cpu
     sizes = [p.stat().st_size for p in Path(out).glob("*.safetensors")]
-    return {"seconds": r.seconds, "num_shards": r.num_shards, "largest_shard_bytes": max(sizes)}
+    return {"seconds": r.seconds, "cpu_seconds": cpu, "num_shards": r.num_shards, "largest_shard_bytes": max(sizes)}
 
 
 def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
@@ -182,7 +186,7 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
 
     from cookbook import merge, peft_export
 
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     ckpt = merge.open_lora_checkpoint(lora, preset=bench_preset(int(layers)))
 
     class Node(nnx.Module):
@@ -224,7 +228,7 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
         custom_layer_extractor_fn=split_kv, transpose_rules={"_proj": (1, 0)})
     with open(Path(out) / "model.safetensors", "rb+") as f:
         os.fsync(f.fileno())
-    return {"seconds": time.perf_counter() - t}
+    return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu}
 
 
 def peak_rss_bytes() -> int:
@@ -275,6 +279,7 @@ def main() -> int:
             ours = run_child("merge", str(base), str(lora), str(work / "merged"), str(n))
             shutil.rmtree(work / "merged")
             row.update(copy_seconds=copy["seconds"], copy_peak_rss_bytes=copy["peak_rss_bytes"],
+                       copy_cpu_seconds=copy["cpu_seconds"], merge_cpu_seconds=ours["cpu_seconds"],
                        merge_seconds=ours["seconds"], merge_peak_rss_bytes=ours["peak_rss_bytes"],
                        merge_num_shards=ours["num_shards"], largest_output_shard_bytes=ours["largest_shard_bytes"],
                        merge_over_copy=ours["seconds"] / copy["seconds"])
@@ -291,6 +296,7 @@ def main() -> int:
                 shutil.rmtree(work / "tunix_out", ignore_errors=True)
                 shutil.rmtree(single)
                 row.update(tunix_seconds=tunix["seconds"], tunix_peak_rss_bytes=tunix["peak_rss_bytes"],
+                           tunix_cpu_seconds=tunix["cpu_seconds"],
                            tunix_over_ours_seconds=tunix["seconds"] / ours["seconds"],
                            tunix_over_ours_rss=tunix["peak_rss_bytes"] / ours["peak_rss_bytes"])
             results["runs"].append(row)
