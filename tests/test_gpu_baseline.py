@@ -1,0 +1,165 @@
+"""The derived GPU recipe (cookbook.gpu_baseline) and the train_gpu.py it writes (cookbook.gpu_train)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from cookbook import gpu_baseline, lora, models, train
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def test_paper_recipe_on_two_gpus_keeps_the_tpu_objective():
+    cfg = train.train_preset("gemma4_31b")
+    r = gpu_baseline.derive_gpu_recipe(cfg)
+    s = r.sft
+    # micro-batch 1 x 8 accumulation on TPU = 2 GPUs x 1 x 4, each GPU micro-batch one TPU
+    # micro-batch, losses averaged per micro-batch (optax.MultiSteps).
+    assert (s["per_device_train_batch_size"], s["gradient_accumulation_steps"]) == (1, 4)
+    assert r.loss_normalisation == "per_micro_batch"
+    assert s["completion_only_loss"] is True and s["assistant_only_loss"] is False
+    assert s["learning_rate"] == 1e-4 and s["warmup_steps"] == 100 and s["max_steps"] == 1244
+    assert s["lr_scheduler_type"] == "cosine" and s["weight_decay"] == 0.001
+    assert s["max_grad_norm"] == 0.0  # paper: no clipping; transformers' default would clip at 1
+    assert s["max_length"] == cfg.data.seq_len and s["packing"] is cfg.data.packing
+    assert s["bf16"] is True and r.model_dtype == "bfloat16" and s["gradient_checkpointing"] is True
+    assert (r.lora["r"], r.lora["lora_alpha"], r.lora["lora_dropout"]) == (64, 64.0, 0.05)
+    assert r.base_model == "google/gemma-4-31B-it"
+    fsdp = r.accelerate["fsdp_config"]
+    assert r.accelerate["num_processes"] == 2 and r.accelerate["distributed_type"] == "FSDP"
+    assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "Gemma4TextDecoderLayer"
+    assert fsdp["fsdp_reshard_after_forward"] is True  # FSDP2's FULL_SHARD
+    # The configs are what TRL and PEFT accept (use_cpu: bf16 is refused on a CPU host).
+    sft = r.sft_config(use_cpu=True)
+    assert sft.completion_only_loss is True and sft.max_grad_norm == 0.0
+    assert r.peft_config().r == 64
+
+
+def test_batch_layout_without_accumulation_splits_the_batch_and_weighs_tokens():
+    cfg = train.train_preset("tiny")  # 8 packed rows, no accumulation
+    per_device, accum, norm = gpu_baseline.gpu_batch_layout(cfg, 2)
+    assert (per_device, accum, norm) == (4, 1, "tokens_in_step")
+    r = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=2))
+    assert r.sft["bf16"] is False and r.model_dtype == "float32"  # tiny is float32
+
+
+def test_batch_layout_refuses_a_gpu_count_that_changes_the_objective():
+    cfg = train.train_preset("gemma4_31b")
+    with pytest.raises(ValueError, match="does not divide over 3 GPUs"):
+        gpu_baseline.gpu_batch_layout(cfg, 3)
+    with pytest.raises(ValueError, match="does not split over 3 GPUs"):
+        gpu_baseline.gpu_batch_layout(train.train_preset("tiny"), 3)
+
+
+def test_end_lr_maps_to_cosine_with_min_lr():
+    cfg = train.train_preset("tiny").replace(end_lr_fraction=0.1)
+    s = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=1)).sft
+    assert s["lr_scheduler_type"] == "cosine_with_min_lr"
+    assert s["lr_scheduler_kwargs"] == {"min_lr": pytest.approx(cfg.learning_rate * 0.1)}
+
+
+def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
+    """The released checkpoint's vision and audio towers also have q_proj..., which a plain
+    list of names would adapt. Built on the meta device with both towers."""
+    import torch
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.configuration_gemma4 import (
+        Gemma4AudioConfig,
+        Gemma4VisionConfig,
+    )
+
+    p = models.get_preset("tiny")
+    cfg = Gemma4Config(text_config=p.hf_text_config(), vision_config=Gemma4VisionConfig(),
+                       audio_config=Gemma4AudioConfig())  # fmt: skip
+    with torch.device("meta"):
+        names = [n for n, _ in Gemma4ForConditionalGeneration(cfg).named_modules()]
+    rx = gpu_baseline.peft_target_regex(lora.LoraConfig(), p)
+    hit = {n for n in names if re.fullmatch(rx, n)}
+    assert hit == set(lora.hf_module_names(p, prefix="model.language_model."))
+    assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
+    towers = [n for n in names if n.endswith(PROJECTIONS) and "language_model" not in n]
+    assert towers, "expected the vision/audio towers to have projections named like the decoder's"
+    # The text-only layout (Gemma4ForCausalLM, served by vLLM on CPU) matches too.
+    assert {n for n in lora.hf_module_names(p, prefix="model.") if re.fullmatch(rx, n)} == set(
+        lora.hf_module_names(p, prefix="model.")
+    )
+
+
+def test_partial_targets_and_kv_split_are_translated_or_refused():
+    p = models.get_preset("tiny")
+    rx = gpu_baseline.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
+    assert re.fullmatch(rx, "model.layers.3.self_attn.q_proj")
+    assert not re.fullmatch(rx, "model.layers.3.mlp.up_proj")
+    with pytest.raises(lora.LoraCoverageError, match="k_proj and v_proj together"):
+        gpu_baseline.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
+
+
+def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
+    import yaml
+    from peft import LoraConfig as PeftLoraConfig
+    from trl import SFTConfig
+
+    paths = gpu_baseline.write_gpu_recipe(tmp_path, config=train.train_preset("gemma4_31b"))
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "sft_config.json", "lora_config.json", "recipe.json", "fsdp_config.yaml", "train_gpu.py"
+    }
+    sft = SFTConfig(**{**json.loads(paths["sft_config.json"].read_text()), "use_cpu": True,
+                       "output_dir": str(tmp_path / "out")})  # fmt: skip
+    assert sft.gradient_accumulation_steps == 4
+    assert PeftLoraConfig(**json.loads(paths["lora_config.json"].read_text())).lora_alpha == 64.0
+    acc = yaml.safe_load(paths["fsdp_config.yaml"].read_text())
+    assert acc["fsdp_config"]["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    recipe = json.loads(paths["recipe.json"].read_text())
+    assert recipe["loss_normalisation"] == "per_micro_batch" and recipe["tie_kv_lora_a"] is True
+    script = paths["train_gpu.py"].read_text()
+    assert not re.search(r"^\s*(from|import) cookbook", script, re.M), "train_gpu.py must not need the cookbook"
+    out = subprocess.run([sys.executable, "-I", str(paths["train_gpu.py"]), "--help"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "--data" in out.stdout
+
+
+def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
+    """Same ids and the same answer mask as cookbook.data.tokenize_chat (which also leaves
+    out the newline after <turn|>, unlike TRL's own prompt-completion path)."""
+    from transformers import AutoTokenizer
+
+    from cookbook import data, gpu_train, sample_task
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    rows = sample_task.generate_rows("train", n=20)
+    rows.append({"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a gate."},
+        {"role": "assistant", "content": "xor"},
+        {"role": "user", "content": "Another?"},
+        {"role": "assistant", "content": "nand"},
+    ]})  # fmt: skip
+    rows.append({"prompt": "Say hi.", "completion": "hi"})
+    for n, row in enumerate(rows, 1):
+        ids, mask = data.tokenize_chat(tok, row)
+        got = gpu_train.tokenize_row(tok, gpu_train.row_messages(row, n))
+        assert got["input_ids"] == ids.tolist()
+        assert got["completion_mask"] == mask.tolist()
+    # Trained tokens end on <turn|>, never on the newline the template writes after it.
+    last = max(i for i, m in enumerate(got["completion_mask"]) if m)
+    assert got["input_ids"][last] == tok.convert_tokens_to_ids("<turn|>")
+    assert got["completion_mask"][last + 1 :] == [0] * (len(got["input_ids"]) - last - 1)
+
+
+def test_train_script_drops_or_truncates_long_rows_like_the_pipeline(tiny_base):
+    from transformers import AutoTokenizer
+
+    from cookbook import gpu_train, sample_task
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    rows = sample_task.generate_rows("train", n=3)
+    n = len(gpu_train.tokenize_row(tok, rows[0]["messages"])["input_ids"])
+    with pytest.raises(ValueError, match="no usable rows"):
+        gpu_train.build_dataset(tok, rows, 8, "drop")
+    cut = gpu_train.build_dataset(tok, rows, 8, "truncate")
+    assert [len(x) for x in cut["input_ids"]] == [8, 8, 8]
+    assert len(gpu_train.build_dataset(tok, rows, n + 100, "drop")) == 3
