@@ -12,7 +12,11 @@ Batches have static shapes for XLA, either padded (one example per row) or packe
 (several examples per row, by Grain's first-fit packing: segment ids, positions that
 restart per segment and an attention mask kept within a segment). Grain shuffles,
 batches and prefetches; each JAX process reads its own slice of the data, and the
-batches come out as global ``jax.Array``s sharded along the mesh's data axis.
+batches come out as global ``jax.Array``s sharded along the mesh's data axis. A batch is
+a dict with Tunix ``TrainingInput``'s ``input_tokens`` and ``input_mask`` (the loss mask)
+plus ``positions`` and ``segment_ids``, which ``TrainingInput`` has no fields for;
+:func:`model_inputs` is the ``gen_model_input_fn`` that turns it into the arguments of
+Tunix's loss.
 
 Written here (none of the libraries does it): validation with row-numbered reasons,
 answer-only loss masks from the template's character offsets, and the segment-aware
