@@ -163,3 +163,59 @@ def test_train_script_drops_or_truncates_long_rows_like_the_pipeline(tiny_base):
     cut = gpu_train.build_dataset(tok, rows, 8, "truncate")
     assert [len(x) for x in cut["input_ids"]] == [8, 8, 8]
     assert len(gpu_train.build_dataset(tok, rows, n + 100, "drop")) == 3
+
+
+def test_train_script_lora_matches_qwix_init_and_kv_sharing(tiny_base):
+    """lora_A drawn He-uniform over its fan-in (Qwix's initialiser, not PEFT's a=sqrt(5)
+    Kaiming), B zero, and v_proj's lora_A the very parameter of k_proj's."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cookbook import gpu_train
+
+    cfg = train.train_preset("tiny")
+    r = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=1))
+    model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    peft_model = gpu_train.apply_lora(model, r.lora, r.recipe_json(), seed=0)
+    mods = {n: m for n, m in peft_model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
+    assert len(mods) == 41
+    for name, m in mods.items():
+        a, b = m.lora_A["default"].weight.detach(), m.lora_B["default"].weight.detach()
+        fan_in = a.shape[1]
+        assert float(a.abs().max()) <= math.sqrt(6 / fan_in) + 1e-6, name
+        assert float(a.std()) == pytest.approx(math.sqrt(2 / fan_in), rel=0.15), name
+        assert not b.any(), name
+    sliding_k = [n for n in mods if n.endswith("k_proj") and not n.split(".layers.")[1].startswith("5.")]
+    assert len(sliding_k) == 5
+    for n in sliding_k:
+        v = mods[n[: -len("k_proj")] + "v_proj"]
+        assert v.lora_A["default"].weight is mods[n].lora_A["default"].weight
+    trainable = {id(p) for p in peft_model.parameters() if p.requires_grad}
+    assert len(trainable) == 2 * 41 - 5  # five shared A's counted once
+    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == lora.expected_lora_params(
+        "tiny", cfg.lora
+    )
+
+
+def test_packed_rows_keep_examples_apart_in_transformers(tiny_base):
+    """With packing, TRL flattens a batch into one row with positions restarting per example;
+    transformers then masks attention per example (as the TPU pipeline's segment ids do)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cookbook import data, sample_task
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).eval()
+    ex = [data.tokenize_chat(tok, r)[0].tolist() for r in sample_task.generate_rows("train", n=3)]
+    flat = torch.tensor([sum(ex, [])])
+    pos = torch.tensor([sum((list(range(len(e))) for e in ex), [])])
+    with torch.no_grad():
+        packed = model(input_ids=flat, position_ids=pos).logits[0]
+        offset = 0
+        for e in ex:
+            alone = model(input_ids=torch.tensor([e])).logits[0]
+            assert float((packed[offset : offset + len(e)] - alone).abs().max()) < 1e-3
+            offset += len(e)
