@@ -152,19 +152,24 @@ def train_preset(name: str) -> TrainConfig:
     accumulation 8, 4,096 tokens) on a v5p-8 mesh fsdp 1 x tp 4 with per-decoder remat.
     """
     if name == "tiny":
-        # Tuned on the sample task (notebook 06). A high LR suits a from-scratch LoRA on a
-        # random base; packing keeps >= 95% of each row real tokens.
+        # Tuned on the sample task. A high learning rate suits a LoRA that learns the task
+        # from nothing on a random base. Measured with this pipeline (400-step schedule,
+        # warm-up 30): held-out exact match 66% at step 100, 100% at steps 200-400. This
+        # shorter schedule keeps ~the learning-rate integral of those first 200 steps and
+        # ends annealed. Dropout 0: with dropout the RNG stream
+        # would also have to be checkpointed for a resumed run to match an uninterrupted one.
         return TrainConfig(
             model_preset="tiny",
             lora=lora_lib.LoraConfig(rank=16, alpha=32.0, dropout=0.0),
             data=data_lib.DataConfig(seq_len=128, batch_size=8, packing=True, seed=0),
-            max_steps=400,
+            max_steps=240,
             learning_rate=3e-3,
-            warmup_steps=30,
+            warmup_steps=20,
+            end_lr_fraction=0.1,
             weight_decay=0.0,
-            eval_every_steps=100,
+            eval_every_steps=60,
             eval_batches=2,
-            checkpoint_every_steps=100,
+            checkpoint_every_steps=60,
         )
     if name == "gemma4_31b":
         return TrainConfig(
@@ -603,11 +608,20 @@ def cache_key(config: TrainConfig) -> str:
 
 def ensure_trained(config: TrainConfig, *, progress: bool = True) -> Path:
     """A finished run of ``config``: from the cache, or trained (resuming a partial one) now."""
+    import fcntl
+
     from cookbook import base
 
     run_dir = base.cache_root() / "runs" / f"{config.model_preset}-{cache_key(config)}"
-    if not (run_dir / _DONE).is_file():
-        train(config, run_dir, progress=progress)
+    if (run_dir / _DONE).is_file():
+        return run_dir
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    # One trainer per run directory: a second caller (another notebook or test process)
+    # waits here, then finds the run finished.
+    with open(run_dir.with_name(run_dir.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (run_dir / _DONE).is_file():
+            train(config, run_dir, progress=progress)
     return run_dir
 
 
