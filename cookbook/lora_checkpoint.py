@@ -125,6 +125,14 @@ def open_lora_checkpoint(path: str | Path, *, step: int | None = None, preset: s
     )
 
 
+def _lora_only(tree: Any) -> Any:
+    """The subtree of LoRA leaves (a full-model checkpoint also holds the base weights)."""
+    if isinstance(tree, dict):
+        kept = {k: _lora_only(v) if "_lora_" not in str(k) else v for k, v in tree.items()}
+        return {k: v for k, v in kept.items() if v != {}}
+    return {}
+
+
 def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None) -> list[peft_export.LoraPair]:
     """Read the LoRA tensors of ``layers`` (default: all) as numpy arrays, nothing else."""
     import jax
@@ -135,7 +143,7 @@ def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None) -> list[pef
     with _QuietAbsl():
         tree = ckptr.metadata(params).item_metadata.tree
         wanted = {str(i) for i in (layers if layers is not None else ckpt.layers)}
-        sub = {"layers": {k: v for k, v in tree["layers"].items() if str(k) in wanted}}
+        sub = _lora_only({"layers": {k: v for k, v in tree["layers"].items() if str(k) in wanted}})
         args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), sub)
         restored = ckptr.restore(params, args=ocp.args.PyTreeRestore(item=sub, restore_args=args,
                                                                       partial_restore=True))
