@@ -178,8 +178,11 @@ def gpu_batch_layout(config: Any, num_gpus: int) -> tuple[int, int, LossNormalis
     return b // num_gpus, 1, "tokens_in_step"
 
 
-def accelerate_fsdp_config(cluster: GpuCluster, preset: str | models.ModelPreset) -> dict[str, Any]:
-    """accelerate ``--config_file`` contents: FSDP full sharding, one wrap unit per decoder layer."""
+def accelerate_fsdp_config(cluster: GpuCluster, *, bf16: bool) -> dict[str, Any]:
+    """accelerate ``--config_file`` contents: FSDP full sharding, one wrap unit per decoder layer.
+
+    ``bf16``: the run computes in bf16 (as ``SFTConfig.bf16``; float32 presets do not).
+    """
     layer_cls = decoder_layer_class()
     fsdp: dict[str, Any] = {
         "fsdp_version": cluster.fsdp_version,
@@ -202,7 +205,7 @@ def accelerate_fsdp_config(cluster: GpuCluster, preset: str | models.ModelPreset
     return {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "FSDP",
-        "mixed_precision": "bf16" if cluster.bf16 else "no",
+        "mixed_precision": "bf16" if bf16 else "no",
         "num_machines": 1,
         "num_processes": cluster.num_gpus,
         "machine_rank": 0,
@@ -310,7 +313,7 @@ def derive_gpu_recipe(
         base_model=base_model or config.base_dir or p.hf_checkpoint,
         sft=sft,
         lora=peft_lora_kwargs(config.lora, p),
-        accelerate=accelerate_fsdp_config(cluster, p),
+        accelerate=accelerate_fsdp_config(cluster, bf16=bf16),
         loss_normalisation=norm,
         model_dtype=dtype,
         too_long=config.data.too_long,
