@@ -164,14 +164,19 @@ def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
 
 # ------------------------------------------------------------------------------------------
 # The local server
-def _set_parent_death_signal() -> None:
-    """In the child: get SIGTERM if the parent dies (a killed kernel leaves no server behind)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+# Run first in the child: ask Linux for SIGTERM when the parent dies (a kernel killed with
+# SIGKILL runs no atexit hook), then exec the server. PR_SET_PDEATHSIG survives exec. Done in
+# a tiny exec wrapper rather than Popen(preexec_fn=...), which forks a JAX-threaded parent.
+_PDEATHSIG_EXEC = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() == 1:\n"
+    "    sys.exit('parent already gone')\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[1:])\n"
+)
 
 
 class VLLMServer:
@@ -186,6 +191,7 @@ class VLLMServer:
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self._t0 = 0.0
         self.log_path = Path(log_path) if log_path else Path(
             tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
         self._log = None
@@ -209,7 +215,8 @@ class VLLMServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def command(self) -> list[str]:
-        return [sys.executable, "-m", ENTRY_POINT, *vllm_args(self.config, port=self.port or 0)]
+        return [sys.executable, "-c", _PDEATHSIG_EXEC, "-m", ENTRY_POINT,
+                *vllm_args(self.config, port=self.port or 0)]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -229,8 +236,12 @@ class VLLMServer:
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         return env
 
-    def start(self) -> VLLMServer:
-        """Start the server and wait until it answers; raise :class:`ServeError` if it cannot."""
+    def start(self, *, wait: bool = True) -> VLLMServer:
+        """Start the server and wait until it answers; raise :class:`ServeError` if it cannot.
+
+        With ``wait=False`` it returns at once; call :meth:`wait_ready` before using it (to
+        overlap a second server's start-up with other work).
+        """
         if self.process is not None:
             raise ServeError("this server is already started")
         cfg = self.config
@@ -243,18 +254,28 @@ class VLLMServer:
             check_port_free(cfg.host, cfg.port)
             self.port = cfg.port
         env = self.environment()
+        self.startup_s = None
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         t0 = time.perf_counter()
         self.process = subprocess.Popen(
             self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=_set_parent_death_signal)
+            env=env, start_new_session=True)
         _LIVE.add(self)
+        self._t0 = t0
+        return self.wait_ready() if wait else self
+
+    def wait_ready(self) -> VLLMServer:
+        """Block until ``/health`` answers (stopping the server and raising if it cannot)."""
+        if self.process is None:
+            raise ServeError("the server is not started; call start() first")
+        if self.startup_s is not None:
+            return self
         try:
-            self._wait_ready(t0)
+            self._wait_ready(self._t0)
         except BaseException:
             self.stop()
             raise
-        self.startup_s = time.perf_counter() - t0
+        self.startup_s = time.perf_counter() - self._t0
         return self
 
     def _wait_ready(self, t0: float) -> None:

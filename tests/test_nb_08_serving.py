@@ -23,4 +23,4 @@ def test_notebook_08_serves_the_fine_tuned_model(tmp_path):
     assert labels == {("vllm", 1), ("vllm", 6), ("transformers", 1), ("transformers", 6)}
     assert all(p["output_tokens"] == 12 * 12 for p in got["bench"])
     assert (got["tpu_tensor_parallel"], got["tpu_kv_cache_dtype"]) == (8, "fp8")
-    assert got["startup_s"] > 0
+    assert got["startup_s"] > 0 and got["processes_left_after_stop"] == 0
