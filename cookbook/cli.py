@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("cookbook.merge", "merge a LoRA checkpoint into Hugging Face safetensors, streamed"),
     "serve": ("cookbook.serve", "serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)"),
     "bench": ("cookbook.bench", "load-test an OpenAI-compatible endpoint: TTFT, latency, throughput"),
+    "gpu-recipe": ("cookbook.gpu_baseline", "write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective"),
     "cost": ("cookbook.cost", "training + serving cost, TPU against the GPU baseline"),
     "demo": ("cookbook.demo", "run every notebook end to end on the tiny default; write a report"),
 }

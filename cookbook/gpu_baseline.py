@@ -39,6 +39,7 @@ the training itself is TRL's, PEFT's and accelerate's.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -243,8 +244,8 @@ def derive_gpu_recipe(
       config: the ``cookbook.train.TrainConfig`` of the TPU run (e.g.
         ``cookbook.train.train_preset("gemma4_31b")``); its ``lora`` and ``data`` included.
       cluster: GPU count and precision (the paper's 2 x H100, bf16).
-      base_model: Hub id or directory of the base checkpoint (default: the config's
-        ``base_dir``, else the preset's Hub id).
+      base_model: Hub id or directory of the base checkpoint (default: the preset's Hub
+        id, else the config's ``base_dir``).
       output_dir: ``SFTConfig.output_dir`` default (``train_gpu.py --out`` overrides).
     """
     p = models.get_preset(config.model_preset)
@@ -310,7 +311,7 @@ def derive_gpu_recipe(
     )
     return GpuRecipe(
         preset=p.name,
-        base_model=base_model or config.base_dir or p.hf_checkpoint,
+        base_model=base_model or p.hf_checkpoint or config.base_dir,
         sft=sft,
         lora=peft_lora_kwargs(config.lora, p),
         accelerate=accelerate_fsdp_config(cluster, bf16=bf16),
@@ -393,3 +394,47 @@ def summary(recipe: GpuRecipe) -> dict[str, Any]:
         "LoRA targets": lo["target_modules"],
         "bf16": s["bf16"],
     }
+
+
+# ----------------------------------------------------------------------------------------
+# Command line: cookbook gpu-recipe
+
+
+def register_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gpu-recipe",
+        help="write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective",
+        description="Derive from a training preset or a finished `cookbook train` run the TRL "
+        "SFTConfig, PEFT LoraConfig and accelerate FSDP config a GPU user runs, with the same "
+        "answer-only loss, batch weighting and LoRA parameterisation, and write them with "
+        "train_gpu.py for `accelerate launch`.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="training preset (cookbook.train.train_preset), e.g. gemma4_31b")
+    src.add_argument("--run", help="a `cookbook train` run directory: use its exact config")
+    p.add_argument("--out", required=True, help="directory to write the recipe into")
+    p.add_argument("--num-gpus", type=int, default=2, help="GPUs on the host (default 2, as the paper)")
+    p.add_argument("--fsdp-version", type=int, default=2, choices=(1, 2), help="accelerate FSDP version")
+    p.add_argument("--no-bf16", action="store_true", help="train in float32 even for bf16 presets")
+    p.add_argument("--base-model", default=None, help="Hub id or path of the base checkpoint")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    import sys
+
+    from cookbook import train
+
+    try:
+        config = train.config_of_run(args.run) if args.run else train.train_preset(args.preset)
+        cluster = GpuCluster(num_gpus=args.num_gpus, fsdp_version=args.fsdp_version, bf16=not args.no_bf16)
+        recipe = derive_gpu_recipe(config, cluster=cluster, base_model=args.base_model)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"cookbook gpu-recipe: {e}", file=sys.stderr)
+        return 2
+    paths = write_gpu_recipe(args.out, recipe)
+    for k, v in summary(recipe).items():
+        print(f"{k:34} {v}")
+    print(f"\nwrote {', '.join(sorted(paths))} to {args.out}")
+    print(f"on the GPU host, in {args.out}:\n  {launch_command(recipe)}")
+    return 0

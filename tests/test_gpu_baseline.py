@@ -219,3 +219,22 @@ def test_packed_rows_keep_examples_apart_in_transformers(tiny_base):
             alone = model(input_ids=torch.tensor([e])).logits[0]
             assert float((packed[offset : offset + len(e)] - alone).abs().max()) < 1e-3
             offset += len(e)
+
+
+def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
+    from cookbook import cli
+
+    assert cli.main(["gpu-recipe", "--preset", "gemma4_31b", "--out", str(tmp_path / "p")]) == 0
+    assert "accelerate launch --config_file fsdp_config.yaml train_gpu.py" in capsys.readouterr().out
+    assert (tmp_path / "p" / "train_gpu.py").is_file()
+    # A run directory's recipe.json (as `cookbook train` writes it) gives that run's exact config.
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = train.train_preset("tiny").replace(max_steps=123, grad_accum_steps=2)
+    (run / "recipe.json").write_text(json.dumps(train.recipe(cfg, tmp_path)))
+    assert cli.main(["gpu-recipe", "--run", str(run), "--num-gpus", "1", "--out", str(tmp_path / "r")]) == 0
+    sft = json.loads((tmp_path / "r" / "sft_config.json").read_text())
+    assert sft["max_steps"] == 123 and sft["gradient_accumulation_steps"] == 2
+    assert sft["per_device_train_batch_size"] == cfg.data.batch_size
+    assert cli.main(["gpu-recipe", "--preset", "gemma4_31b", "--num-gpus", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "does not divide over 3 GPUs" in capsys.readouterr().err
