@@ -194,19 +194,19 @@ def shard_table(out_dir: str | Path) -> list[dict]:
 def extrapolate_merge(bench: dict, preset: str | models.ModelPreset = "gemma4_31b") -> dict:
     """Time and memory of merging the full model, from ``benchmarks/results/merge_bench.json``.
 
-    Time: least-squares line through (bytes, seconds) of the measured layer counts, at the
-    full model's bytes. Memory: ours is flat (the largest measured peak); Tunix's saver
-    holds the model in RAM, so its measured peak per base byte is scaled to the model.
+    Time: seconds per byte over all measured layer counts (sum over sum: the shared machine's
+    noise makes a line through three points unreliable), times the full model's bytes.
+    Memory: ours is flat (the largest measured peak); Tunix's saver holds the model in RAM,
+    so its measured peak per base byte is scaled to the model.
     """
     p = models.get_preset(preset)
     full_bytes = p.num_params() * np.dtype(np.float16).itemsize  # bf16 weights
     runs = bench["runs"]
-    x = np.array([r["base_bytes"] for r in runs], float)
+    measured = sum(r["base_bytes"] for r in runs)
     out = {"preset": p.name, "model_bytes": full_bytes, "layers": p.num_layers}
-    for what in ("merge", "copy"):
-        y = np.array([r[f"{what}_seconds"] for r in runs], float)
-        slope, icpt = np.polyfit(x, y, 1) if len(runs) > 1 else (y[0] / x[0], 0.0)
-        out[f"{what}_seconds"] = float(slope * full_bytes + icpt)
+    for key in ("merge_seconds", "copy_seconds", "merge_cpu_seconds"):
+        if all(key in r for r in runs):
+            out[key] = sum(r[key] for r in runs) / measured * full_bytes
     out["merge_over_copy"] = out["merge_seconds"] / out["copy_seconds"]
     out["merge_peak_rss_bytes"] = max(r["merge_peak_rss_bytes"] for r in runs)
     tun = [r for r in runs if "tunix_peak_rss_bytes" in r]
