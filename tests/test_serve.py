@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import merge, sample_task, serve, serve_check, train
+from cookbook import merge, sample_task, serve, serve_check, serve_tpu, train
 
 
 @pytest.fixture(scope="module")
@@ -89,24 +89,24 @@ def test_zero_adapter_zeroes_only_lora_b(tmp_path):
 
 
 def test_tensor_parallel_size_follows_the_heads():
-    assert serve.tensor_parallel_size("gemma4_31b", 8) == 8  # the paper's v6e-8: 4 global KV heads x2
-    assert serve.tensor_parallel_size("gemma4_31b", 4) == 4
-    assert serve.tensor_parallel_size("gemma4_26b_a4b", 8) == 8
-    assert serve.tensor_parallel_size("tiny", 8) == 8
-    assert serve.tensor_parallel_size("gemma4_31b", 6) == 2  # 32 heads: 6 and 3 do not divide
+    assert serve_tpu.tensor_parallel_size("gemma4_31b", 8) == 8  # the paper's v6e-8: 4 global KV heads x2
+    assert serve_tpu.tensor_parallel_size("gemma4_31b", 4) == 4
+    assert serve_tpu.tensor_parallel_size("gemma4_26b_a4b", 8) == 8
+    assert serve_tpu.tensor_parallel_size("tiny", 8) == 8
+    assert serve_tpu.tensor_parallel_size("gemma4_31b", 6) == 2  # 32 heads: 6 and 3 do not divide
 
 
 @pytest.mark.slow
 def test_tpu_command_flags_pass_vllms_own_parser(tmp_path):
     cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog", max_model_len=4096,
                             api_key_env="MY_KEY")
-    argv = serve.tpu_command(cfg, "gemma4_31b", serve.TpuServeConfig(chips=8))
+    argv = serve_tpu.tpu_command(cfg, "gemma4_31b", serve_tpu.TpuServeConfig(chips=8))
     assert argv[:2] == ["docker", "run"] and f"{tmp_path.resolve()}:/models/model:ro" in argv
     assert "VLLM_API_KEY=${MY_KEY}" in argv  # the key is expanded by the shell, never written out
-    ns = serve.parse_tpu_args(argv[argv.index("serve") + 1:])
+    ns = serve_tpu.parse_tpu_args(argv[argv.index("serve") + 1:])
     assert (ns.tensor_parallel_size, ns.kv_cache_dtype, ns.max_model_len) == (8, "fp8", 4096)
     assert (ns.model, ns.host, ns.port, ns.served_model_name) == ("/models/model", "127.0.0.1", 8000, ["verilog"])
-    script = serve.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
+    script = serve_tpu.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "--tensor-parallel-size 8" in script.read_text()
 
