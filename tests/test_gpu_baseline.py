@@ -238,3 +238,37 @@ def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
     assert sft["per_device_train_batch_size"] == cfg.data.batch_size
     assert cli.main(["gpu-recipe", "--preset", "gemma4_31b", "--num-gpus", "3", "--out", str(tmp_path / "x")]) == 2
     assert "does not divide over 3 GPUs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset,num_gpus", [("tiny", 1), ("gemma4_31b", 2)])
+def test_learning_rate_schedules_agree_step_by_step(preset, num_gpus):
+    """transformers' scheduler from the derived SFTConfig vs cookbook.train.make_optimizer's
+    optax schedule, at every optimizer step (warm-up from 0, cosine, min lr if any)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    import transformers
+
+    cfg = train.train_preset(preset)
+    s = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=num_gpus)).sft
+    opt = train.make_optimizer(cfg)
+    params = {"w": jnp.zeros(2)}
+    state, update = opt.init(params), jax.jit(opt.update)
+    tpu = []
+    for _ in range(cfg.max_steps):
+        _, state = update({"w": jnp.ones(2)}, state, params)
+        tpu.append(float(state.hyperparams["learning_rate"]))  # the lr this update used
+    p = torch.nn.Parameter(torch.zeros(1))
+    torch_opt = torch.optim.AdamW([p], lr=s["learning_rate"])
+    sched = transformers.get_scheduler(
+        s["lr_scheduler_type"], torch_opt, num_warmup_steps=s["warmup_steps"],
+        num_training_steps=s["max_steps"], scheduler_specific_kwargs=s.get("lr_scheduler_kwargs") or {},
+    )  # fmt: skip
+    gpu = []
+    for _ in range(cfg.max_steps):
+        gpu.append(torch_opt.param_groups[0]["lr"])
+        torch_opt.step()
+        sched.step()
+    assert tpu[0] == gpu[0] == 0.0
+    np.testing.assert_allclose(tpu, gpu, rtol=1e-5, atol=1e-6 * cfg.learning_rate)
