@@ -241,7 +241,8 @@ def plot_bench(bench: dict, extrap: dict, axes=None):
     ax = axes[1]
     ax.plot(gb, [r["merge_seconds"] for r in runs], "o-", label="cookbook merge")
     ax.plot(gb, [r["copy_seconds"] for r in runs], "^-", label="plain copy")
-    ax.plot([full], [extrap["merge_seconds"]], "o", mfc="none", color="C0", label=f"{extrap['preset']} (extrapolated)")
+    ax.plot([full], [extrap["merge_seconds"]], "o", mfc="none", color="C0", label=f"merge, {extrap['preset']} (extrap.)")
+    ax.plot([full], [extrap["copy_seconds"]], "^", mfc="none", color="C1", label=f"copy, {extrap['preset']} (extrap.)")
     ax.set(xlabel="checkpoint size (GB)", ylabel="seconds", title="wall time (same disk)")
     ax.legend(fontsize=8)
     return axes
