@@ -128,6 +128,7 @@ def run_demo(
         log_path.write_text(json.dumps(log, indent=2))
 
     save_log()
+    _link_latest(run_dir)  # runs/latest follows the run while it is in progress
     old_run_dir = os.environ.get("COOKBOOK_RUN_DIR")
     os.environ["COOKBOOK_RUN_DIR"] = str(run_dir)  # the kernels inherit it
     t_all = time.perf_counter()
@@ -159,7 +160,6 @@ def run_demo(
             os.environ["COOKBOOK_RUN_DIR"] = old_run_dir
         log["total_seconds"] = time.perf_counter() - t_all
         save_log()
-    _link_latest(run_dir)
     rep = report_mod.write_report(run_dir, notebooks_dir, strict=failure is None)
     if failure is not None:
         raise failure
