@@ -61,6 +61,11 @@ class ParityResult:
     # level may step apart; this norm says how much of the update that is.
     rel_lora_update_diff: float
     grad_rel_err: float  # ||grad Tunix - grad PEFT|| / ||grad Tunix|| at the start
+    # Tunix against itself from weights perturbed by this relative noise: the same two
+    # measures, for scale.
+    control_rel_noise: float
+    control_max_step_loss_diff: float
+    control_rel_lora_update_diff: float
     tokens_equal: bool  # train_gpu.py tokenised rows == cookbook.data.tokenize_chat
     masks_equal: bool
     num_answer_tokens: int
@@ -252,6 +257,7 @@ def _run_parity(
     config: Any = None,
     rows: list[dict] | None = None,
     random_b_std: float = 0.05,
+    control_rel_noise: float = 1e-4,
     seed: int = 0,
     work_dir: str | Path | None = None,
 ) -> ParityResult:
@@ -265,12 +271,14 @@ def _run_parity(
         of them, each no longer than ``data.seq_len`` tokens.
       random_b_std: LoRA ``B`` starts at N(0, std) instead of 0, so the initial loss
         already goes through every mapped LoRA tensor.
+      control_rel_noise: relative noise on the LoRA weights of the Tunix-vs-Tunix control.
       work_dir: where the recipe is written (default: a temporary directory).
       torch_threads: (``run_parity`` only) torch intra-op threads. One, by default: the
         model is tiny, and on a busy 2-core machine two spinning OpenMP threads made
         transformers' steps ~10x slower.
     """
 
+    import jax
     import torch
     from flax import nnx
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -354,27 +362,45 @@ def _run_parity(
     trainer.model.zero_grad()
 
     # --- the same AdamW steps (one compiled micro-step: PeftTrainer's _train_step)
-    optimizer = nnx.Optimizer(tmodel, tunix_optimizer(config), wrt=nnx.LoRAParam)
-
     @nnx.jit
     def micro_step(model, opt, batch):
         loss, grads = nnx.value_and_grad(tunix_loss, argnums=nnx.DiffState(0, nnx.LoRAParam))(model, batch)
         opt.update(model, grads)
         return loss, grads
 
-    t_losses, grads_t = [], None
-    for _ in range(config.max_steps):
-        step = []
-        for b in micro:
-            loss, grads = micro_step(tmodel, optimizer, _as_jax(b))
-            if grads_t is None:
-                grads_t = {"/".join(map(str, k)): np.asarray(v.get_value()) for k, v in grads.flat_state()}
-                first_loss_t = float(loss)
-            step.append(float(loss))
-        t_losses.append(float(np.mean(step)))
-        if len(t_losses) == 1:
-            counts = [int(b["input_mask"][:, 1:].sum()) for b in micro]
-            token_weighted = float(np.dot(step, counts) / sum(counts))
+    start = nnx.state(tmodel, nnx.LoRAParam).to_pure_dict()
+
+    opt = nnx.Optimizer(tmodel, tunix_optimizer(config), wrt=nnx.LoRAParam)
+    fresh_opt = jax.tree.map(lambda x: x, nnx.state(opt, nnx.OptState).to_pure_dict())
+
+    def train_tunix():
+        opt_state = nnx.state(opt, nnx.OptState)
+        nnx.replace_by_pure_dict(opt_state, fresh_opt)  # same compiled step, state from zero
+        nnx.update(opt, opt_state)
+        losses, first = [], None
+        for _ in range(config.max_steps):
+            step = []
+            for b in micro:
+                loss, grads = micro_step(tmodel, opt, _as_jax(b))
+                if first is None:
+                    first = (float(loss), {"/".join(map(str, k)): np.asarray(v.get_value())
+                                           for k, v in grads.flat_state()})  # fmt: skip
+                step.append(float(loss))
+            losses.append(step)
+        return losses, first
+
+    # Control: Tunix against itself, from LoRA weights perturbed by `control_rel_noise`
+    # (about the size of the two stacks' gradient disagreement): how far float-noise-sized
+    # differences carry through these Adam steps in one and the same stack.
+    _set_lora(tmodel, start, rng=np.random.default_rng(seed + 11), rel_noise=control_rel_noise)
+    control_losses, _ = train_tunix()
+    after_control = _tunix_lora_numpy(tmodel)
+    _set_lora(tmodel, start)
+    steps, (first_loss_t, grads_t) = train_tunix()
+    t_losses = [float(np.mean(x)) for x in steps]
+    counts = [int(b["input_mask"][:, 1:].sum()) for b in micro]
+    token_weighted = float(np.dot(steps[0], counts) / sum(counts))
+    control_t = [float(np.mean(x)) for x in control_losses]
     grad_err = _rel_norm({k: grads_t[k] - grads_h[k] for k in grads_t}, grads_t)
     trainer.model.train()
     trainer.train()
@@ -386,6 +412,9 @@ def _run_parity(
     change = max(float(np.max(np.abs(after_t[k] - before[k]))) for k in after_t)
     rel_diff = _rel_norm(
         {k: after_t[k] - after_h[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
+    )
+    control_rel = _rel_norm(
+        {k: after_t[k] - after_control[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
     )
     if tmp is not None:
         tmp.cleanup()
@@ -399,12 +428,32 @@ def _run_parity(
         max_lora_weight_change=change,
         rel_lora_update_diff=rel_diff,
         grad_rel_err=grad_err,
+        control_rel_noise=control_rel_noise,
+        control_max_step_loss_diff=max(abs(a - b) for a, b in zip(t_losses, control_t, strict=True)),
+        control_rel_lora_update_diff=control_rel,
         tokens_equal=tokens_equal,
         masks_equal=masks_equal,
         num_answer_tokens=int(sum(int(m.sum()) for _, m in ours)),
         kv_lora_a_tied=tied,
         loss_normalisation=recipe.loss_normalisation,
     )
+
+
+def _set_lora(model, pure: dict, *, rng: np.random.Generator | None = None, rel_noise: float = 0.0) -> None:
+    """Set the model's LoRA weights from a pure dict, optionally times (1 + noise)."""
+    from flax import nnx
+
+    def visit(node):
+        if isinstance(node, dict):
+            return {k: visit(v) for k, v in node.items()}
+        x = np.asarray(node)
+        if rng is not None and rel_noise:
+            x = (x * (1 + rel_noise * rng.standard_normal(x.shape))).astype(x.dtype)
+        return x
+
+    state = nnx.state(model, nnx.LoRAParam)
+    nnx.replace_by_pure_dict(state, visit(pure))
+    nnx.update(model, state)
 
 
 def _rel_norm(num: dict[str, np.ndarray], den: dict[str, np.ndarray]) -> float:
@@ -444,6 +493,9 @@ def describe(result: ParityResult) -> dict[str, Any]:
         "max |LoRA weight change|": f"{result.max_lora_weight_change:.2e}",
         "||update diff|| / ||update||": f"{result.rel_lora_update_diff:.2e}",
         "||grad diff|| / ||grad||": f"{result.grad_rel_err:.2e}",
+        f"control: Tunix vs Tunix from weights x (1 + {result.control_rel_noise:g} noise)":
+            f"max |step loss diff| {result.control_max_step_loss_diff:.2e}, "
+            f"||update diff|| / ||update|| {result.control_rel_lora_update_diff:.2e}",
         "same tokens / same answer mask": f"{result.tokens_equal} / {result.masks_equal}",
         "loss normalisation": result.loss_normalisation,
     }

@@ -42,3 +42,8 @@ def test_same_adamw_steps(parity):
     assert parity.max_step_loss_diff <= 5e-3
     assert parity.rel_lora_update_diff <= 0.1
     assert parity.max_lora_weight_change > 10 * 1e-4
+    # For scale: Tunix against itself from weights perturbed by 1e-4 (relative; the stacks'
+    # gradients differ by ~5e-5) drifts at least as far. Measured: 2.6e-3 / 4.7% across the
+    # stacks, 7.1e-3 / 13% for the control.
+    assert parity.max_step_loss_diff <= 2 * parity.control_max_step_loss_diff
+    assert parity.rel_lora_update_diff <= 2 * parity.control_rel_lora_update_diff
