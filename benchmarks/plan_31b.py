@@ -88,8 +88,32 @@ def compile_one(config: dict) -> dict:
     return report
 
 
+def _max_batch(runs: list[dict], margin: float) -> tuple[int, str]:
+    """Largest batch (a multiple of fsdp) predicted to fit under ``margin``, and how it was found.
+
+    Temp memory is linear in batch: with two compiled batches the slope is measured; with
+    one, all of its temp memory is counted as per-sample (an over-estimate, so safe).
+    """
+    runs = sorted(runs, key=lambda r: r["config"]["batch"])
+    last = runs[-1]
+    fixed = last["total_bytes"] - last["temp_bytes"]
+    if len(runs) >= 2:
+        a, b = runs[-2], runs[-1]
+        per_sample = (b["temp_bytes"] - a["temp_bytes"]) / (b["config"]["batch"] - a["config"]["batch"])
+        base = b["temp_bytes"] - per_sample * b["config"]["batch"]
+        how = f"temp slope from compiled batches {a['config']['batch']} and {b['config']['batch']}"
+    else:
+        per_sample, base = last["temp_bytes"] / last["config"]["batch"], 0.0
+        how = f"all temp of compiled batch {last['config']['batch']} counted per sample (over-estimate)"
+    fsdp = last["fsdp"]
+    batch = last["config"]["batch"]
+    while fixed + base + per_sample * (batch + fsdp) <= margin * last["hbm_bytes"]:
+        batch += fsdp
+    return batch, how
+
+
 def recommend(results: dict[str, dict], margin: float) -> dict[str, dict]:
-    """Per slice: fewest FLOPs per trained token under the margin, then the largest batch."""
+    """Per slice: fewest FLOPs per trained token under the margin, then the largest compiled batch."""
     out = {}
     for slice_name in MESH:
         ok = [
@@ -108,6 +132,10 @@ def recommend(results: dict[str, dict], margin: float) -> dict[str, dict]:
             ((n, r) for n, r in ok if r["flops_per_token"] <= 1.02 * floor), key=lambda nr: nr[1]["config"]["batch"]
         )
         c = r["config"]
+        same_layout = [
+            x for _, x in ok if all(x["config"][k] == c[k] for k in ("remat", "flash", "block", "seq_len"))
+        ]
+        predicted, how = _max_batch(same_layout, margin)
         out[slice_name] = {
             "from": name,
             "fsdp": r["fsdp"],
@@ -121,6 +149,8 @@ def recommend(results: dict[str, dict], margin: float) -> dict[str, dict]:
             "hbm_fraction": r["total_bytes"] / r["hbm_bytes"],
             "floor_step_s": r["flops_per_chip"] / r["peak_flops"],
             "floor_tokens_per_s": r["tokens_per_step"] * r["peak_flops"] / r["flops_per_chip"],
+            "predicted_max_batch": predicted,
+            "predicted_max_batch_how": how,
         }
     return out
 
@@ -129,12 +159,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", default=None, help="names of CONFIGS to (re)compile")
     ap.add_argument("--margin", type=float, default=0.80, help="use at most this fraction of HBM")
+    ap.add_argument("--recommend-only", action="store_true", help="recompute the recommendation, compile nothing")
     args = ap.parse_args()
     from cookbook import plan
 
     data = json.loads(OUT.read_text()) if OUT.is_file() else {}
     results: dict[str, dict] = data.get("results", {})
     names = args.only or [n for n in CONFIGS if n not in results or results[n].get("crashed")]
+    if args.recommend_only:
+        names = []
+        data["recommended"] = recommend(results, args.margin)
+        OUT.write_text(json.dumps(data, indent=2, sort_keys=True))
     for name in names:
         print(f"compiling {name} ...", flush=True)
         r = compile_one(CONFIGS[name])

@@ -537,8 +537,9 @@ def load_31b_results(path: str | Path = RESULTS_31B) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-# Chosen with benchmarks/plan_31b.py (see notebook 04 for the reasoning); read by the
-# training helper's gemma4_31b preset.
+# Chosen by benchmarks/plan_31b.py from full-depth 31B compiles (results/plan_31b.json, and
+# notebook 04 for the reasoning): fewest compiled FLOPs per trained token under 80% of HBM,
+# then the largest compiled batch. Read by the training helper's gemma4_31b preset.
 _RECOMMENDED: dict[str, dict[str, Any]] = {
     "gemma4_31b": {
         "slice": "v5p-8",
@@ -546,7 +547,7 @@ _RECOMMENDED: dict[str, dict[str, Any]] = {
         "tp": 4,
         "batch": 1,
         "seq_len": 4096,
-        "remat": "decoder",
+        "remat": "none",
         "flash": True,
         "block": 512,
     },

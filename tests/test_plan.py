@@ -8,7 +8,7 @@ import pytest
 from cookbook import plan
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
-TINY = dict(preset="tiny", batch=4, seq_len=256, lora_rank=8, lora_alpha=16.0)
+TINY = dict(preset="tiny", batch=4, seq_len=1024, lora_rank=8, lora_alpha=16.0)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_tiny_plans_compile_and_are_consistent(plans):
         assert r.lora_params == expected
         assert r.activation_constraints > 0  # trap 3: Tunix's shard() really applied
         assert 0 < r.argument_bytes and 0 < r.temp_bytes and r.total_bytes < r.hbm_bytes
-        assert r.tokens_per_step == 4 * 256
+        assert r.tokens_per_step == 4 * 1024
         assert r.predicted_tokens_per_s == pytest.approx(r.tokens_per_step / r.predicted_step_s)
     # 2 global KV heads cap tp at 2: v5p-8 (4 chips) is 2 x 2, v6e-8 (8 chips) 4 x 2.
     assert (none.fsdp, none.tp, none.chips) == (2, 2, 4)
@@ -89,7 +89,7 @@ def test_cli_prints_the_plan(plans, capsys):
     from cookbook import cli
 
     rc = cli.main(
-        ["plan", "--preset", "tiny", "--slice", "v5p-8", "--seq-len", "256", "--batch", "4", "--remat", "decoder",
+        ["plan", "--preset", "tiny", "--slice", "v5p-8", "--seq-len", "1024", "--batch", "4", "--remat", "decoder",
          "--rank", "8", "--alpha", "16"]
     )
     out = capsys.readouterr().out

@@ -1,0 +1,32 @@
+"""Notebook 04 with three remat choices on a smaller step; TPU plans and 31B table read back."""
+
+import pytest
+from nbutil import run_notebook
+
+
+@pytest.mark.slow
+def test_notebook_04_remat_and_plans(tmp_path):
+    from cookbook import plan
+
+    r = run_notebook("04_remat", tmp_path, REMAT_CHOICES="none,block,decoder", BATCH=4, SEQ_LEN=64, STEPS=2)
+    trap = r["lora_trap"]
+    assert trap["qwix_on_remat_model"] == 0 and trap["cookbook_apply_lora"] == trap["expected"] > 0
+
+    m = r["measured"]
+    assert set(m) == {"none", "block", "decoder"}
+    assert max(x["loss"] for x in m.values()) - min(x["loss"] for x in m.values()) < 1e-4
+    assert m["decoder"]["flops"] > m["none"]["flops"] and m["block"]["flops"] > m["none"]["flops"]
+
+    plans = {(p["slice"], p["remat"]): p for p in r["plans"]}
+    assert set(plans) == {("v5p-8", "none"), ("v5p-8", "decoder"), ("v6e-8", "none"), ("v6e-8", "decoder")}
+    for slice_name in ("v5p-8", "v6e-8"):
+        none, dec = plans[(slice_name, "none")], plans[(slice_name, "decoder")]
+        assert none["result"] == dec["result"] == "fits"
+        assert dec["temp_bytes"] < none["temp_bytes"] and dec["flops_per_chip"] > none["flops_per_chip"]
+        assert dec["activation_constraints"] > 0
+
+    assert r["recommended_31b"] == plan.recommended_training("gemma4_31b")
+    assert r["recommended_31b_hbm_fraction"] <= 0.8
+    # the compute floor must lie above what the paper measured on v5p-8 (763 tokens/s)
+    assert r["recommended_31b_floor_tokens_per_s"] > 763
+    assert r["plans_31b"]["v5p-8/none/splash512/b1"]["result"] == "fits"
