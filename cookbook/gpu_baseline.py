@@ -371,12 +371,19 @@ def _readme(recipe: GpuRecipe) -> str:
         "Derived by `cookbook.gpu_baseline` from the TPU run's TrainConfig and LoraConfig: same",
         "answer-only loss, same chat template, same batch weighting, same LoRA parameterisation.",
         "",
-        "    pip install torch transformers trl peft accelerate datasets",
+        "    pip install torch " + " ".join(f"{k}=={v}" for k, v in tested_versions().items()),
         "    " + launch_command(recipe),
         "",
         *[f"- {n}" for n in recipe.notes],
     ]
     return "\n".join(lines)
+
+
+def tested_versions() -> dict[str, str]:
+    """Versions of the GPU-side libraries this recipe was derived and CPU-checked with."""
+    from importlib.metadata import version
+
+    return {k: version(k) for k in ("transformers", "trl", "peft", "accelerate", "datasets")}
 
 
 def summary(recipe: GpuRecipe) -> dict[str, Any]:
