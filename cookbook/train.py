@@ -537,8 +537,14 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         max_steps=config.max_steps,
         gradient_accumulation_steps=config.grad_accum_steps if config.grad_accum_steps > 1 else None,
         checkpoint_root_directory=str((run_dir / "checkpoints").resolve()),
+        # Synchronous saves: an async save can still be reading the optimizer state when the
+        # next jitted step donates (reuses) its buffers, which on CPU are the very memory
+        # being written, so the checkpoint could mix two steps. A LoRA checkpoint is small
+        # (31B, rank 64: ~1.5 GB with Adam state), so waiting for it costs seconds per save.
         checkpointing_options=ocp.CheckpointManagerOptions(
-            save_interval_steps=config.checkpoint_every_steps, max_to_keep=config.max_checkpoints
+            save_interval_steps=config.checkpoint_every_steps,
+            max_to_keep=config.max_checkpoints,
+            enable_async_checkpointing=False,
         ),
         metrics_logging_options=metrics_logger.MetricsLoggerOptions(
             log_dir=str(run_dir / "tensorboard"),
@@ -570,7 +576,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         start = time.perf_counter()
         tokens_before = token_counter[0]
         try:
-            trainer.train(_batches(host_iter, mesh, config.data.data_axis, skip, token_counter), eval_batches)
+            if resumed_from < config.max_steps:
+                trainer.train(_batches(host_iter, mesh, config.data.data_axis, skip, token_counter), eval_batches)
         finally:
             trainer.checkpoint_manager.close()  # waits for an async save in flight
             with contextlib.suppress(Exception):
@@ -592,7 +599,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     summary = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}
     summary["data_report"] = report.summary(max_listed=5)
     summary["checkpoint_steps"] = checkpoint_steps(run_dir)
-    if trainer.train_steps >= config.max_steps:
+    if trainer.train_steps >= config.max_steps and (resumed_from < config.max_steps or not (run_dir / _DONE).exists()):
         (run_dir / _DONE).write_text(json.dumps(summary, indent=2))
     return result
 

@@ -131,12 +131,12 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
 def test_nan_loss_stops_and_keeps_only_good_checkpoints(tmp_path, tiny_base):
     # Warm-up from lr 0 gives one sane step, then an absurd learning rate blows the
     # weights up: the loss turns Inf/NaN a step or two later.
-    c = small_config(learning_rate=1e30, warmup_steps=1, checkpoint_every_steps=1, max_checkpoints=10, max_steps=8)
+    c = small_config(learning_rate=1e30, warmup_steps=1, checkpoint_every_steps=1, max_checkpoints=10, max_steps=6)
     run = tmp_path / "nan"
     with pytest.raises(train.NonFiniteLossError, match="last good checkpoint") as err:
         train.train(c, run, progress=False)
     steps = train.checkpoint_steps(run)
-    assert steps and steps[-1] < 8, steps
+    assert steps and steps[-1] < 6, steps
     assert f"step {steps[-1]}" in str(err.value)
     assert not (run / "summary.json").exists()
     model = train.restore_lora_model(run)
@@ -148,7 +148,7 @@ def test_nan_loss_stops_and_keeps_only_good_checkpoints(tmp_path, tiny_base):
 def _cli_command(out: Path) -> list[str]:
     return [
         sys.executable, "-m", "cookbook", "train", "--preset", "tiny", "--out", str(out),
-        "--max-steps", "24", "--warmup-steps", "4", "--checkpoint-every", "8", "--eval-every", "100",
+        "--max-steps", "12", "--warmup-steps", "4", "--checkpoint-every", "4", "--eval-every", "100",
         "--batch-size", "4", "--seed", "3",
     ]  # fmt: skip
 
@@ -160,7 +160,7 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     proc = subprocess.Popen(_cli_command(killed), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     deadline = time.time() + 600
-    while 8 not in train.checkpoint_steps(killed) and proc.poll() is None and time.time() < deadline:
+    while 4 not in train.checkpoint_steps(killed) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -169,12 +169,12 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     assert proc.returncode == -signal.SIGKILL
     assert not (killed / "summary.json").exists()
     before = train.checkpoint_steps(killed)
-    assert 8 in before and max(before) < 24
+    assert 4 in before and max(before) < 12
 
     rerun = subprocess.run(_cli_command(killed), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"Resuming {killed} from checkpoint step {max(before)}" in rerun.stdout
-    assert json.loads(rerun.stdout.strip().splitlines()[-1])["final_step"] == 24
+    assert json.loads(rerun.stdout.strip().splitlines()[-1])["final_step"] == 12
 
     # The same command, uninterrupted (in this process: the same code path as the CLI).
     from cookbook import cli
@@ -206,17 +206,3 @@ def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys
     assert rc == 1
     err = capsys.readouterr().err
     assert "refusing to train" in err and "row 1" in err
-
-
-@pytest.mark.slow
-def test_evaluate_untrained_lora_is_the_base_and_scores_zero(tiny_base):
-    from cookbook import sample_task
-
-    c = small_config()
-    model = train.build_lora_model(c)
-    tok = train.load_tokenizer(tiny_base)
-    rows = sample_task.generate_rows("eval", n=12)
-    res = train.evaluate(model, tok, rows, batch_size=12)
-    assert res["n"] == 12 and res["accuracy"] == 0.0 and len(res["completions"]) == 12
-    # Feeding the reference answers through exact_match scores 100%: the metric itself works.
-    assert sample_task.exact_match_rate([sample_task.answer_of(r) + "<turn|>" for r in rows], rows) == 1.0
