@@ -1,5 +1,6 @@
 """cookbook.bench: the load generator against a real vLLM server, the transformers baseline, summaries."""
 
+import json
 import math
 
 import numpy as np
@@ -60,6 +61,20 @@ def test_load_generator_against_vllm(vllm_lora_server):
                                bench.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
                                vocab_size=1024, api_key=server.api_key)
     assert burst["num_ok"] == 8 and burst["scenario"]["name"] == "mini_burst"
+
+
+@pytest.mark.slow
+def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
+    from cookbook import cli
+
+    monkeypatch.setenv("BENCH_TEST_KEY", vllm_lora_server.api_key)
+    out = tmp_path / "b.json"
+    assert cli.main(["bench", "--base-url", vllm_lora_server.base_url, "--model", "base", "--vocab-size", "1024",
+                     "--input-len", "8", "--output-len", "3", "--num-prompts", "4", "--concurrency", "2",
+                     "--api-key-env", "BENCH_TEST_KEY", "--out", str(out)]) == 0
+    assert "TTFT p50" in capsys.readouterr().out
+    point = json.loads(out.read_text())[0]
+    assert (point["num_ok"], point["output_tokens"], point["concurrency"]) == (4, 12, 2)
 
 
 @pytest.mark.slow
