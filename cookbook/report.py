@@ -336,9 +336,56 @@ def _render_train(stem: str, results: dict[str, Any]) -> tuple[list[str], list[s
     return [], after, [_Plot(name=slug, png=buf.getvalue(), caption="train and eval loss")], set()
 
 
+def _render_serving(stem: str, results: dict[str, Any]) -> tuple[list[str], list[str], list[_Plot], set[str]]:
+    """Notebook 08: the load-test points as one table, and throughput / TTFT by concurrency."""
+    bench = results.get("bench")
+    if not (isinstance(bench, list) and bench and all(isinstance(p, dict) and "output_tok_s" in p for p in bench)):
+        return [], [], [], set()
+
+    def pct(p: Mapping[str, Any], metric: str, q: str) -> Any:
+        return (p.get(metric) or {}).get(q, "") if isinstance(p.get(metric), dict) else ""
+
+    cols = ["label", "concurrency", "request_rate", "ok", "output tok/s", "TTFT p50 ms", "TTFT p90 ms",
+            "TPOT p50 ms", "E2E p50 ms"]
+    rows = [[p.get("label", ""), p.get("concurrency", ""), p.get("request_rate") or "",
+             f"{p.get('num_ok', '')}/{p.get('num_requests', '')}", p.get("output_tok_s", ""),
+             pct(p, "ttft_ms", "p50"), pct(p, "ttft_ms", "p90"), pct(p, "tpot_ms", "p50"), pct(p, "e2e_ms", "p50")]
+            for p in bench]
+    after = ["**bench** (each load-test point)", "", *_table(cols, rows), ""]
+    plots: list[_Plot] = []
+    labels = list(dict.fromkeys(p.get("label", "") for p in bench))
+    points = [p for p in bench if p.get("concurrency") is not None and isinstance(p.get("ttft_ms"), dict)]
+    if points:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+        for label in labels:
+            mine = sorted((p for p in points if p.get("label", "") == label), key=lambda p: p["concurrency"])
+            xs = [p["concurrency"] for p in mine]
+            axes[0].plot(xs, [p["output_tok_s"] for p in mine], "o-", label=label)
+            axes[1].plot(xs, [p["ttft_ms"].get("p50") for p in mine], "o-", label=label)
+        for ax, title in zip(axes, ("output tokens/s", "TTFT p50, ms"), strict=True):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency")
+            ax.set_title(title, fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        plt.close(fig)
+        slug = f"{stem}_bench"
+        plots.append(_Plot(name=slug, png=buf.getvalue(), caption="throughput and TTFT by concurrency"))
+        after += [f"![bench]({{plot:{slug}}})", ""]
+    return [], after, plots, {"bench"}
+
+
 # Section-specific views, for results whose shape the generic renderer shows poorly:
 # (stem, results) -> (lines before the generic part, lines after it, plots, keys consumed).
-CUSTOM_RENDERERS = {"06": _render_train, "09": _render_cost}
+CUSTOM_RENDERERS = {"06": _render_train, "08": _render_serving, "09": _render_cost}
 
 
 def _render_values(stem: str, results: Mapping[str, Any], section: Section) -> tuple[list[str], list[_Plot]]:

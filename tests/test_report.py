@@ -136,3 +136,23 @@ def test_training_loss_curve_read_from_the_run(run):
     assert "train/loss 6 → 0.1304 (10 points)" in part and "eval/loss 5.5 → 0.1196 (3 points)" in part
     assert "report_files/06_train_loss_curve.png" in part
     assert part.index("| base_accuracy | 0 |") < part.index("| finetuned_accuracy | 0.875 |") < part.index("**loss curve**")
+
+
+def test_serving_bench_points_become_a_table_and_a_plot(run):
+    run_dir, nbs = run
+    (nbs / "08_serving.ipynb").write_text("{}")
+
+    def point(label, conc, tps, ttft):
+        return {"label": label, "concurrency": conc, "request_rate": None, "num_ok": 16, "num_requests": 16,
+                "output_tok_s": tps, "ttft_ms": {"p50": ttft, "p90": ttft * 1.5}, "tpot_ms": {"p50": 7.25},
+                "e2e_ms": {"p50": 190.5}, "errors": []}
+
+    bench = [point("vllm", 1, 72.5, 23.0), point("vllm", 16, 975.25, 148.0),
+             point("transformers", 1, 66.5, 32.5), point("transformers", 16, 476.25, 230.0)]
+    _write(run_dir, "08_serving", {"served_accuracy": 0.995, "bench": bench})
+    md = report.write_report(run_dir, nbs).markdown
+    part = md[md.index("## 08. "):md.index("## 09. ")]
+    assert "| served_accuracy | 0.995 |" in part
+    assert "| vllm | 16 |  | 16/16 | 975.2 | 148 | 222 | 7.25 | 190.5 |" in part
+    assert "| transformers | 1 |  | 16/16 | 66.5 | 32.5 | 48.75 | 7.25 | 190.5 |" in part
+    assert (run_dir / "report_files" / "08_serving_bench.png").stat().st_size > 5_000
