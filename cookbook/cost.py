@@ -421,7 +421,7 @@ def predict_training(plan: PlanFigures | None, *, train_tokens_millions: float =
         basis = plan.source
         assumptions = [
             f"{plan.tflop_per_chip_per_step:.1f} TFLOP per chip per step of {plan.tokens_per_step} tokens "
-            f"(compiled for {platform}, no TPU used)",
+            f"(compiled for {platform}, no TPU used: {plan.source})",
             f"MFU {mfu:.0%} of {chip.peak_bf16_tflops_per_chip:.0f} TFLOP/s bf16 peak per chip (assumed)",
             f"{real_token_fraction:.0%} of each step's tokens are real (packing efficiency)",
         ]
