@@ -1,4 +1,5 @@
 # The two commands a new user runs (README.md): `make demo` and `make test`.
+# `make demo ARGS="--only 00 09"` passes options to `cookbook demo`.
 # Both create .venv from requirements.txt first if needed (idempotent: seconds when done).
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ PY := $(VENV)/bin/python
 .PHONY: demo test setup lint clean-cache
 
 demo: setup
-	$(PY) -m cookbook demo
+	$(PY) -m cookbook demo $(ARGS)
 
 test: setup
 	bash scripts/run_tests.sh
