@@ -188,9 +188,11 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     assert got.keys() == want.keys()
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    # Resumed losses continue the uninterrupted curve.
-    a, b = train.read_metrics(killed)["train/loss"], train.read_metrics(straight)["train/loss"]
-    np.testing.assert_allclose([v for _, v in a], [v for _, v in b], rtol=1e-4)
+    # Resumed losses continue the uninterrupted curve. (Tunix writes a step's loss one step
+    # late, so the loss of the step just before the kill may be missing from the log.)
+    a, b = dict(train.read_metrics(killed)["train/loss"]), dict(train.read_metrics(straight)["train/loss"])
+    assert set(range(max(before) + 1, 13)) <= set(a)
+    np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(a)], rtol=1e-4)
 
 
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
