@@ -37,10 +37,11 @@ def setup_runtime_env() -> None:
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
+    width = max(map(len, COMMANDS))
     parser = argparse.ArgumentParser(
         prog="cookbook",
         description="Fine-tune Gemma 4 with LoRA on Cloud TPU and serve it with vLLM.",
-        epilog="Commands:\n" + "\n".join(f"  {n:<7} {h}" for n, (_, h) in COMMANDS.items()),
+        epilog="Commands:\n" + "\n".join(f"  {n:<{width}} {h}" for n, (_, h) in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
