@@ -16,7 +16,7 @@ setup:
 	bash scripts/setup_env.sh
 
 lint: setup
-	$(VENV)/bin/ruff check cookbook tests benchmarks
+	$(VENV)/bin/ruff check cookbook tests benchmarks notebooks scripts
 
 clean-cache:
 	rm -rf .cache runs
