@@ -76,11 +76,9 @@ def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float 
 
 def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None) -> np.ndarray:
     """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it."""
-    import jax.numpy as jnp
-    from tunix.sft import utils
     from tunix.sft.checkpoint_manager import CheckpointManager
 
-    from cookbook import loader
+    from cookbook import loader, quickstart
 
     ckpt = merge.open_lora_checkpoint(lora)
     p = models.get_preset(ckpt.preset or "")
@@ -89,11 +87,7 @@ def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray
     manager = CheckpointManager(str(ckpt.step_dir.parent))
     manager.maybe_restore(model, step=ckpt.step, restore_only_lora_params=True)
     manager.close()
-    tokens = jnp.asarray(tokens, jnp.int32)
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    mask = utils.make_causal_attn_mask(jnp.ones(tokens.shape, bool))
-    logits, _ = model(tokens, positions, None, mask)
-    return np.asarray(logits, np.float32)
+    return quickstart.tunix_logits(model, np.asarray(tokens, np.int32), mesh).astype(np.float32)
 
 
 def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray) -> dict[str, np.ndarray]:

@@ -25,16 +25,17 @@ def tunix_logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
     """Full-sequence logits from a Tunix Gemma 4 model (causal mask, positions 0..T-1)."""
     import contextlib
 
-    import jax
     import jax.numpy as jnp
+    from flax import nnx
     from tunix.sft import utils as sft_utils
 
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t), (b, t))
     mask = sft_utils.make_causal_attn_mask(jnp.ones((b, t), bool))
-    forward = jax.jit(lambda x, p, m: model(x, p, None, m)[0])
+    # nnx.jit, not jax.jit over a closure: a Qwix LoRA model mutates RNG state when called.
+    forward = nnx.jit(lambda mdl, x, p, m: mdl(x, p, None, m)[0])
     with mesh if mesh is not None else contextlib.nullcontext():
-        return np.asarray(forward(jnp.asarray(tokens), positions, mask))
+        return np.asarray(forward(model, jnp.asarray(tokens), positions, mask))
 
 
 def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray) -> np.ndarray:
@@ -87,20 +88,6 @@ def logit_parity(
     }
 
 
-def make_sampler(model, tok, preset: str | models.ModelPreset, *, cache_size: int = 256):
-    """A Tunix ``Sampler`` for a Gemma 4 model (greedy unless told otherwise)."""
-    from tunix.generate import sampler as sampler_lib
-
-    p = models.get_preset(preset)
-    cache = sampler_lib.CacheConfig(
-        cache_size=cache_size,
-        num_layers=p.num_layers,
-        num_kv_heads=p.num_kv_heads,
-        head_dim=p.head_dim,
-    )
-    return sampler_lib.Sampler(transformer=model, tokenizer=tok, cache_config=cache)
-
-
 def generate(
     model,
     tok,
@@ -111,7 +98,9 @@ def generate(
     sampler=None,
 ) -> list[str]:
     """Greedy completions of single-turn chats, rendered with the Gemma 4 chat template."""
-    sampler = sampler or make_sampler(model, tok, preset)
+    from cookbook.train import make_sampler
+
+    sampler = sampler or make_sampler(model, tok, cache_size=256)
     prompts = [
         tok.apply_chat_template([{"role": "user", "content": m}], tokenize=False, add_generation_prompt=True)
         for m in user_messages

@@ -668,7 +668,8 @@ def lora_arrays(model) -> dict[str, np.ndarray]:
             for k, v in state.flat_state()}  # fmt: skip
 
 
-def _sampler(model, tokenizer, cache_size: int):
+def make_sampler(model, tokenizer, cache_size: int):
+    """A greedy-capable Tunix ``Sampler`` for a Gemma 4 model, with a KV cache of ``cache_size``."""
     from tunix.generate import sampler as sampler_lib
 
     cfg = model.config
@@ -715,7 +716,7 @@ def evaluate(
         max_new_tokens = answer_len + 8
     max_prompt = 1 << (prompt_len - 1).bit_length()
     if sampler is None:
-        sampler = _sampler(model, tokenizer, cache_size=max_prompt + max_new_tokens + 1)
+        sampler = make_sampler(model, tokenizer, cache_size=max_prompt + max_new_tokens + 1)
     else:
         sampler.transformer_state = nnx.variables(model)
     completions: list[str] = []
