@@ -398,6 +398,12 @@ def coverage_rows(module_path: str, preset: str | models.ModelPreset) -> list[di
     """
     p = models.get_preset(preset)
     chosen = {pr.tunix_path for pr in matched_projections(module_path, p)}
+    return _coverage_rows_for(p, chosen)
+
+
+
+def _coverage_rows_for(p: models.ModelPreset, adapted_paths: set[str]) -> list[dict[str, Any]]:
+    """One row per layer: for each HF projection, adapted (True/False) or absent (None)."""
     rows: dict[int, dict[str, Any]] = {}
     for pr in projections(p):
         row = rows.setdefault(
@@ -405,11 +411,10 @@ def coverage_rows(module_path: str, preset: str | models.ModelPreset) -> list[di
             {"layer": pr.layer, "kind": pr.kind, **dict.fromkeys(HF_PROJECTIONS), "tunix": []},
         )
         for h in pr.hf_names:
-            row[h] = pr.tunix_path in chosen
-        if pr.tunix_path in chosen:
+            row[h] = pr.tunix_path in adapted_paths
+        if pr.tunix_path in adapted_paths:
             row["tunix"].append(_split_leaf(pr.tunix_path)[1])
     return [rows[i] for i in sorted(rows)]
-
 
 def lora_targets_by_layer(
     preset: str | models.ModelPreset, lora: LoraConfig
@@ -454,17 +459,7 @@ def coverage_of_model(model, preset: str | models.ModelPreset) -> list[dict[str,
     """
     p = models.get_preset(preset)
     adapted = {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in lora_param_shapes(model)}
-    rows: dict[int, dict[str, Any]] = {}
-    for pr in projections(p):
-        row = rows.setdefault(
-            pr.layer,
-            {"layer": pr.layer, "kind": pr.kind, **dict.fromkeys(HF_PROJECTIONS), "tunix": []},
-        )
-        for h in pr.hf_names:
-            row[h] = pr.tunix_path in adapted
-        if pr.tunix_path in adapted:
-            row["tunix"].append(_split_leaf(pr.tunix_path)[1])
-    return [rows[i] for i in sorted(rows)]
+    return _coverage_rows_for(p, adapted)
 
 
 def coverage_matrix(rows: list[dict[str, Any]]):
