@@ -11,6 +11,7 @@ MLP kernels, which would make a useless base), and cached.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +76,50 @@ def ensure_base(
         )
     build_random_base(p, target, seed=seed, num_shards=num_shards)
     return target
+
+
+# Bases up to this size are hashed whole; larger ones (a 62 GB release) by their headers,
+# sizes and first and last MiB per file: whole-file hashing would take minutes per run.
+_FULL_HASH_BYTES = 2 << 30
+
+
+def fingerprint(base_dir: str | Path) -> str:
+    """A content hash of a base checkpoint: the same bytes anywhere give the same value.
+
+    What a training run's cache key uses for its base, instead of the directory's path: a
+    copy of the same checkpoint reuses the run, a different checkpoint at the same path
+    does not. Cached beside the files (``.cookbook-fingerprint.json``, keyed by sizes and
+    modification times) so a 62 GB base is read once.
+    """
+    import hashlib
+
+    base_dir = Path(base_dir)
+    files = sorted(f for f in base_dir.iterdir() if f.is_file() and not f.name.startswith("."))
+    if not any(f.suffix == ".safetensors" for f in files):
+        raise FileNotFoundError(f"{base_dir} holds no .safetensors files: not a checkpoint directory")
+    stat = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    memo = base_dir / ".cookbook-fingerprint.json"
+    if memo.is_file():
+        with contextlib.suppress(ValueError, KeyError):
+            cached = json.loads(memo.read_text())
+            if cached["stat"] == stat:
+                return cached["fingerprint"]
+    whole = sum(s for _, s, _ in stat) <= _FULL_HASH_BYTES
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{f.stat().st_size}\0".encode())
+        with f.open("rb") as fh:
+            if whole:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            else:
+                h.update(fh.read(1 << 20))
+                fh.seek(max(f.stat().st_size - (1 << 20), 0))
+                h.update(fh.read())
+    value = h.hexdigest()[:20]
+    with contextlib.suppress(OSError):  # a read-only checkout still fingerprints
+        memo.write_text(json.dumps({"stat": stat, "fingerprint": value, "whole_file_hash": whole}))
+    return value
 
 
 def _build_record(p: models.ModelPreset, seed: int, num_shards: int) -> dict:

@@ -61,6 +61,10 @@ class ParityResult:
     # level may step apart; this norm says how much of the update that is.
     rel_lora_update_diff: float
     grad_rel_err: float  # ||grad Tunix - grad PEFT|| / ||grad Tunix|| at the start
+    # transformers' own float32 error on the first micro-batch (against the same PEFT model
+    # in float64): the floors the two comparisons above are bounded by.
+    loss_float32_floor: float  # mean |per-token loss float32 - float64| over answer tokens
+    grad_float32_floor: float  # ||grad float32 - grad float64|| / ||grad float64||
     # Tunix against itself from weights perturbed by this relative noise: the same two
     # measures, for scale.
     control_rel_noise: float
@@ -215,7 +219,8 @@ def copy_tunix_lora_into_peft(tunix_model, peft_model, preset: models.ModelPrese
     return len(done)
 
 
-def _peft_as_tunix(peft_model, preset: models.ModelPreset, *, grads: bool = False) -> dict[str, np.ndarray]:
+def _peft_as_tunix(peft_model, preset: models.ModelPreset, *, grads: bool = False,
+                   dtype=np.float32) -> dict[str, np.ndarray]:
     """PEFT LoRA weights (or their gradients) in the Tunix layout, keyed like
     ``_tunix_lora_numpy``."""
     from cookbook import peft_export
@@ -224,7 +229,7 @@ def _peft_as_tunix(peft_model, preset: models.ModelPreset, *, grads: bool = Fals
     for name, p in peft_model.named_parameters(remove_duplicate=False):
         if ".lora_A." in name or ".lora_B." in name:
             t = p.grad if grads else p
-            tensors[name.replace(".default.weight", ".weight")] = t.detach().float().numpy()
+            tensors[name.replace(".default.weight", ".weight")] = t.detach().numpy().astype(dtype)
     state = peft_export.peft_to_tunix_lora(tensors, preset)
     flat: dict[str, np.ndarray] = {}
 
@@ -360,6 +365,18 @@ def _run_parity(
     first_loss_h.backward()
     grads_h = _peft_as_tunix(trainer.model, p, grads=True)
     trainer.model.zero_grad()
+    # The reference's own float32 error on this batch: the same PEFT model in float64.
+    model64 = _float64_twin(script, trainer.model, base_dir, work_dir / "recipe", seed)
+    nll64 = _answer_token_nll(model64, first)
+    nll64.mean().backward()  # the recipe's loss: the micro-batch's mean over answer tokens
+    grads64 = _peft_as_tunix(model64, p, grads=True, dtype=np.float64)
+    # A scalar loss is one sample of float32 noise (it can round the same way by luck); the
+    # per-token losses are hundreds: their mean float32 error bounds the mean loss's.
+    with torch.no_grad():
+        nll32 = _answer_token_nll(trainer.model, first)
+    loss_floor = float((nll32.double() - nll64.detach()).abs().mean())
+    grad_floor = _rel_norm({k: grads_h[k] - grads64[k] for k in grads64}, grads64)
+    del model64
 
     # --- the same AdamW steps (one compiled micro-step: PeftTrainer's _train_step)
     @nnx.jit
@@ -428,6 +445,8 @@ def _run_parity(
         max_lora_weight_change=change,
         rel_lora_update_diff=rel_diff,
         grad_rel_err=grad_err,
+        loss_float32_floor=loss_floor,
+        grad_float32_floor=grad_floor,
         control_rel_noise=control_rel_noise,
         control_max_step_loss_diff=max(abs(a - b) for a, b in zip(t_losses, control_t, strict=True)),
         control_rel_lora_update_diff=control_rel,
@@ -437,6 +456,36 @@ def _run_parity(
         kv_lora_a_tied=tied,
         loss_normalisation=recipe.loss_normalisation,
     )
+
+
+def _float64_twin(script, peft_model, base_dir: Path, recipe_dir: Path, seed: int):
+    """The recipe's PEFT model again, in float64, with ``peft_model``'s LoRA weights.
+
+    Built from the base checkpoint, not copied: the trainer's model is wrapped so that its
+    outputs come back in float32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = script.load_recipe(recipe_dir)
+    twin = script.apply_lora(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64), cfg["lora"],
+                             cfg["recipe"], seed=seed)
+    src = dict(peft_model.named_parameters(remove_duplicate=False))
+    with torch.no_grad():
+        for name, param in twin.named_parameters(remove_duplicate=False):
+            if ".lora_" in name:
+                param.copy_(src[name].detach().double())
+    return twin.eval()
+
+
+def _answer_token_nll(model, batch):
+    """Negative log-likelihood of every answer token (labels != -100) of a collated batch."""
+    import torch
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+    labels = batch["labels"][:, 1:]
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    keep = labels != -100
+    return -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep]
 
 
 def _set_lora(model, pure: dict, *, rng: np.random.Generator | None = None, rel_noise: float = 0.0) -> None:
@@ -481,7 +530,7 @@ def _randomise_b(tree: dict, rng: np.random.Generator, std: float) -> None:
 
 
 def describe(result: ParityResult) -> dict[str, Any]:
-    """A small table for notebooks: each check, its value and the bound the test uses."""
+    """A small table for notebooks: each check, its value and the floor its bound is derived from."""
     return {
         "loss, first micro-batch (Tunix / transformers)": f"{result.initial_loss_tunix:.6f} / {result.initial_loss_hf:.6f}",
         "|loss diff|": f"{result.initial_loss_diff:.2e}",
@@ -493,6 +542,8 @@ def describe(result: ParityResult) -> dict[str, Any]:
         "max |LoRA weight change|": f"{result.max_lora_weight_change:.2e}",
         "||update diff|| / ||update||": f"{result.rel_lora_update_diff:.2e}",
         "||grad diff|| / ||grad||": f"{result.grad_rel_err:.2e}",
+        "transformers' float32 floor: per-token loss, gradient (vs float64)":
+            f"{result.loss_float32_floor:.2e}, {result.grad_float32_floor:.2e} (bounds: 4x these)",
         f"control: Tunix vs Tunix from weights x (1 + {result.control_rel_noise:g} noise)":
             f"max |step loss diff| {result.control_max_step_loss_diff:.2e}, "
             f"||update diff|| / ||update|| {result.control_rel_lora_update_diff:.2e}",

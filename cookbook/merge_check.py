@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from cookbook import lora as lora_lib
-from cookbook import merge, models
+from cookbook import merge, models, numerics
 
 
 def _lora_config(ckpt: merge.LoraCheckpoint, dropout: float = 0.0) -> lora_lib.LoraConfig:
@@ -90,35 +90,67 @@ def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray
     return quickstart.tunix_logits(model, np.asarray(tokens, np.int32), mesh).astype(np.float32)
 
 
-def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray) -> dict[str, np.ndarray]:
+def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray, *,
+              dtype: str = "float32") -> dict[str, np.ndarray]:
     """Logits of several checkpoints from transformers (each optionally + a PEFT adapter).
 
     ``models_`` maps a label to ``(model_dir, adapter_dir or None)``. Computed in one fresh
     process: that proves the files on disk are all it takes; nothing from this process
-    (a patched module, a cached tensor) can help.
+    (a patched module, a cached tensor) can help. ``dtype="float32+float64"`` computes both
+    and returns ``{label: float32 logits}`` plus ``{label + "@float64": float64 logits}``.
     """
+    dtypes = dtype.split("+")
     with tempfile.TemporaryDirectory() as tmp:
         np.save(Path(tmp) / "tokens.npy", np.asarray(tokens, np.int64))
         spec = {k: [str(m), None if a is None else str(a)] for k, (m, a) in models_.items()}
-        (Path(tmp) / "spec.json").write_text(json.dumps(spec))
+        (Path(tmp) / "spec.json").write_text(json.dumps({"models": spec, "dtypes": dtypes}))
         cmd = [sys.executable, "-m", "cookbook.merge_check", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"transformers failed in a fresh process:\n{done.stderr[-3000:]}")
-        return {k: np.load(Path(tmp) / f"{i}.npy") for i, k in enumerate(spec)}
+        out = {}
+        for i, k in enumerate(spec):
+            for d in dtypes:
+                out[k if d == dtypes[0] else f"{k}@{d}"] = np.load(Path(tmp) / f"{i}-{d}.npy")
+        return out
 
 
-def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None) -> np.ndarray:
+def verify_merge(reference: np.ndarray, candidates: dict[str, tuple[str | Path, str | Path | None]],
+                 control: tuple[str | Path, str | Path | None], tokens: np.ndarray) -> dict:
+    """Each candidate's transformers logits against ``reference`` (Tunix + LoRA), with a measured bound.
+
+    The bound is :mod:`cookbook.numerics`' 4x the float32 floor: each candidate's float32
+    logits against its own float64 logits, the largest over candidates. ``control`` (the
+    base without the LoRA) must be :data:`numerics.CONTROL_SEPARATION` bounds away, or the
+    check could not tell a merged model from an unmerged one.
+
+    Returns ``{"floor", "bound_max_abs", "diffs": {label: max |diff|}, "checks": {label:
+    numerics.compare(...)}, "control": label, "ok"}``.
+    """
+    control_label = "base (no LoRA)"
+    logits = hf_logits({control_label: control, **candidates}, tokens, dtype="float32+float64")
+    floor = numerics.merge_floors(*(numerics.float32_floor(logits[k], logits[f"{k}@float64"]) for k in candidates))
+    checks = {k: numerics.compare(logits[k], reference, floor) for k in [control_label, *candidates]}
+    return {"floor": floor.as_dict(), "bound_max_abs": floor.max_bound, "control": control_label,
+            "diffs": {k: c["max_abs_diff"] for k, c in checks.items()}, "checks": checks,
+            "control_over_bound": checks[control_label]["max_over_bound"],
+            "ok": all(c["ok"] for k, c in checks.items() if k != control_label)
+            and checks[control_label]["max_over_bound"] >= numerics.CONTROL_SEPARATION}
+
+
+def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None, dtype: str = "float32") -> np.ndarray:
     import torch
     import transformers
 
     arch = json.loads((Path(model_dir) / "config.json").read_text())["architectures"][0]
-    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=torch.float32)
+    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=getattr(torch, dtype))
     if adapter_dir is not None:
         from peft import PeftModel
         from safetensors import safe_open
 
         model = PeftModel.from_pretrained(model, adapter_dir)
+        if dtype != "float32":
+            model = model.to(getattr(torch, dtype))  # PEFT loads the adapter in float32
         # PEFT loads an adapter whose names fit no module without an error: check every
         # tensor landed (the v_proj copies on K = V layers are for vLLM; no module there).
         have = set(model.state_dict())
@@ -131,7 +163,7 @@ def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None)
     model.eval()
     with torch.no_grad():
         ids = torch.as_tensor(tokens)
-        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().numpy()
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.numpy()
 
 
 def sample_tokens(preset: str | models.ModelPreset, *, batch: int = 2, length: int = 48, seed: int = 0) -> np.ndarray:
@@ -151,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path((argv or sys.argv[1:])[0])
     spec = json.loads((work / "spec.json").read_text())
     tokens = np.load(work / "tokens.npy")
-    for i, (model_dir, adapter_dir) in enumerate(spec.values()):
-        np.save(work / f"{i}.npy", _hf_logits_here(model_dir, tokens, adapter_dir))
+    for i, (model_dir, adapter_dir) in enumerate(spec["models"].values()):
+        for dtype in spec["dtypes"]:
+            np.save(work / f"{i}-{dtype}.npy", _hf_logits_here(model_dir, tokens, adapter_dir, dtype))
     return 0
 
 
@@ -240,3 +273,18 @@ def plot_bench(bench: dict, extrap: dict, axes=None):
     ax.set(xlabel="checkpoint size (GB)", ylabel="seconds", title="wall time (same disk)")
     ax.legend(fontsize=8)
     return axes
+
+
+def plot_verification(result: dict, ax=None):
+    """Each candidate's max |logit difference| against the measured bound (log scale)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    diffs = result["diffs"]
+    ax.barh(list(diffs), list(diffs.values()), color=["C3" if k == result["control"] else "C0" for k in diffs])
+    ax.axvline(result["bound_max_abs"], color="k", ls="--", lw=1,
+               label=f"bound {result['bound_max_abs']:.2g} (4 x float32 floor)")
+    ax.set(xscale="log", xlabel="max |logit - Tunix+LoRA logit|")
+    ax.legend()
+    return ax

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit tests, papermill runs of every notebook with
-# non-default parameters (tests/test_nb_*.py), and every notebook as committed (nbmake).
+# non-default parameters (tests/test_nb_*.py), and `make demo` on a fresh cache, which runs
+# every notebook as committed (tests/test_make_demo.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${COOKBOOK_VENV:-.venv}
@@ -11,8 +12,5 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu}
 export COOKBOOK_CACHE=${COOKBOOK_CACHE:-$PWD/.cache/cookbook}
 export TOKENIZERS_PARALLELISM=false
-# Notebooks run by nbmake record their results here, not in the source tree.
-export COOKBOOK_RUN_DIR=${COOKBOOK_RUN_DIR:-$PWD/runs/nbmake}
-rm -rf "$COOKBOOK_RUN_DIR"
 
-exec "$VENV/bin/pytest" tests --nbmake notebooks --nbmake-timeout=900 -p no:cacheprovider --durations=25 "$@"
+exec "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@"

@@ -70,3 +70,26 @@ def test_cli_base_prints_the_directory(tmp_path, capsys):
     assert main(["base", "--preset", "tiny", "--out", str(tmp_path / "cli")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "cli")
     assert base.is_complete(tmp_path / "cli")
+
+
+def test_fingerprint_follows_the_bytes_not_the_path(tmp_path, tiny_base, monkeypatch):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_base, copy, ignore=shutil.ignore_patterns(".*"))
+    assert base.fingerprint(copy) == base.fingerprint(tiny_base)
+    assert (copy / ".cookbook-fingerprint.json").is_file()  # read once, then memoised
+    shard = sorted(copy.glob("*.safetensors"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    shard.write_bytes(bytes(data))
+    assert base.fingerprint(copy) != base.fingerprint(tiny_base)  # the memo notices the change
+    # Large checkpoints are hashed by header and ends; a change there is still seen.
+    monkeypatch.setattr(base, "_FULL_HASH_BYTES", 0)
+    (copy / ".cookbook-fingerprint.json").unlink()
+    sampled = base.fingerprint(copy)
+    data[-1] ^= 1
+    shard.write_bytes(bytes(data))
+    assert base.fingerprint(copy) != sampled
+    with pytest.raises(FileNotFoundError, match="no .safetensors"):
+        base.fingerprint(tmp_path)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from cookbook.numerics import CONTROL_SEPARATION, PARITY_FACTOR
+
 
 @pytest.fixture(scope="module")
 def parity(tiny_base, tmp_path_factory):
@@ -20,9 +22,12 @@ def test_same_tokens_mask_and_lora_structure(parity):
 
 @pytest.mark.slow
 def test_same_loss_and_gradients_on_the_same_batch(parity):
-    # Random LoRA B, so the loss goes through every mapped LoRA tensor.
-    assert parity.initial_loss_diff <= 1e-4
-    assert parity.grad_rel_err <= 1e-3
+    # Random LoRA B, so the loss goes through every mapped LoRA tensor. Bounds: 4x
+    # transformers' own float32 error on this batch (against the same PEFT model in float64),
+    # measured in the run (cookbook.numerics); a fixed number would be right on one CPU only.
+    assert 0 < parity.loss_float32_floor < 1e-3 and 0 < parity.grad_float32_floor < 1e-2
+    assert parity.initial_loss_diff <= PARITY_FACTOR * parity.loss_float32_floor
+    assert parity.grad_rel_err <= PARITY_FACTOR * parity.grad_float32_floor
 
 
 @pytest.mark.slow
@@ -31,10 +36,11 @@ def test_same_adamw_steps(parity):
     assert len(t) == len(h) == 4
     # Step 1 has lr 0 (warm-up from 0 in both schedules): steps 1 and 2 see the same weights,
     # so their losses must agree as closely as the first loss does.
-    assert abs(t[0] - h[0]) <= 1e-4 and abs(t[1] - h[1]) <= 1e-4 and t[0] == pytest.approx(t[1])
+    bound = PARITY_FACTOR * parity.loss_float32_floor
+    assert abs(t[0] - h[0]) <= bound and abs(t[1] - h[1]) <= bound and t[0] == pytest.approx(t[1])
     # The weighting of micro-batches matters here (uneven answers) and is matched: had the GPU
-    # side weighed every token of the step equally, step 1 would be this far off.
-    assert parity.token_weighting_effect > 100 * abs(t[0] - h[0])
+    # side weighed every token of the step equally, step 1 would be this far off (the control).
+    assert parity.token_weighting_effect > CONTROL_SEPARATION * bound
     # Training moves the loss a lot; the two stacks move it together. Adam's first updates are
     # +-lr per weight whatever the gradient's size, so the few weights whose gradient sign is
     # within float32 noise step apart: a small, bounded residual, not a different objective.

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cookbook import loader, models
+from cookbook import loader, models, numerics
 
 
 def _logits_both(ckpt, mesh, tokens):
@@ -27,19 +27,19 @@ def _logits_both(ckpt, mesh, tokens):
     hf = cls.from_pretrained(ckpt, dtype=torch.float32).eval()
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(tokens)).logits.numpy()
-    return model, ours, ref
+        ref64 = hf.double()(input_ids=torch.tensor(tokens)).logits.numpy()
+    return model, ours, ref, numerics.float32_floor(ref, ref64)
 
 
 def test_tunix_matches_transformers_on_4x2_mesh(tiny_base, mesh_4x2):
     """Same logits from both frameworks, on sequences twice the sliding window (64)."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(22, 1024, size=(4, 128))  # ids < 22 are special/multimodal markers
-    model, ours, ref = _logits_both(tiny_base, mesh_4x2, tokens)
-    diff = np.abs(ours - ref)
-    # Both are float32; transformers in float32 is itself ~1.4e-4 from its own float64 result
-    # at this length, so the bound is relative to the logits' scale (~5): 1e-4 x max|logit|.
-    assert diff.max() <= 1e-4 * np.abs(ref).max(), diff.max()
-    assert diff.mean() <= 1e-5
+    model, ours, ref, floor = _logits_both(tiny_base, mesh_4x2, tokens)
+    # Both are float32 (~1e-4 from float64 at this length): the bound is 4x transformers' own
+    # float32 error on these tokens, measured here (cookbook.numerics), not a fixed number.
+    check = numerics.compare(ours, ref, floor)
+    assert check["ok"], check
     # A sliding-window bug would show after position 64: logits there must depend on it.
     assert np.abs(ref[:, 100:]).max() > 1.0
     # Parameters really are sharded over the mesh (not replicated).
@@ -62,8 +62,8 @@ def test_text_only_layout_loads_too(tiny_base, mesh_4x2, tmp_path):
         shutil.copy(tiny_base / f, out / f)
     assert loader.text_prefix(loader.read_checkpoint_index(out)) == "model."
     tokens = np.random.default_rng(1).integers(22, 1024, size=(2, 40))
-    _, ours, ref = _logits_both(out, mesh_4x2, tokens)
-    assert np.abs(ours - ref).max() <= 1e-4 * np.abs(ref).max()
+    _, ours, ref, floor = _logits_both(out, mesh_4x2, tokens)
+    assert numerics.compare(ours, ref, floor)["ok"]
 
 
 def test_wrong_preset_is_refused_before_loading(tiny_base):

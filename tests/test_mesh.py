@@ -157,7 +157,8 @@ def test_two_local_processes_build_one_global_mesh_and_agree():
     for r in results:
         assert (r["process_count"], r["global_devices"], r["local_devices"]) == (2, 8, 4)
         assert r["mode"] == "explicit"
-        assert r["sum_sq"] == pytest.approx(r["expected"], rel=1e-5)
-        assert r["trace"] == pytest.approx(r["expected"], rel=1e-5)
+        # Float32 reductions across two processes, in any order: within the worst-case bound.
+        assert abs(r["sum_sq"] - r["expected"]) <= r["bound"]
+        assert abs(r["trace"] - r["expected"]) <= r["bound"]
     assert results[0]["sum_sq"] == results[1]["sum_sq"]
     assert results[0]["trace"] == results[1]["trace"]

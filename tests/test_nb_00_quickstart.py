@@ -10,8 +10,11 @@ def test_quickstart_records_parity_on_another_mesh(tmp_path):
     parity = results["parity"]
     assert results["mesh"] == [2, 2]
     assert parity["seq_len"] == 96 > parity["sliding_window"]
-    assert parity["relative_max_diff"] <= 1e-4
-    assert parity["mean_abs_diff"] <= 1e-5
+    # Bounds measured in the notebook from transformers' float32-vs-float64 floor (numerics).
+    assert 0 < parity["float32_floor"] and parity["bound_max_abs"] == 4 * parity["float32_floor"]
+    assert parity["max_abs_diff"] <= parity["bound_max_abs"]
+    assert parity["mean_abs_diff"] <= parity["bound_mean_abs"]
+    assert parity["control_over_bound"] >= 100
     assert parity["argmax_agreement"] == 1.0
     assert results["sample_completion"] != ""
     assert 1e6 < results["num_params"] < 3e6

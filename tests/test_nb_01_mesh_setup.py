@@ -21,9 +21,10 @@ def test_mesh_setup_plans_31b_on_v5p8(tmp_path):
     err = results["invalid_mesh_error"]
     assert "tp=8 does not divide global KV heads = 4" in err and "valid (fsdp, tp)" in err
     local = results["local_check"]
-    assert local["global_devices"] == 4 and abs(local["sum_sq"] - local["expected"]) < 1e-4
+    assert local["global_devices"] == 4 and abs(local["sum_sq"] - local["expected"]) <= local["bound"]
     hosts = results["multihost"]
     assert [h["process_index"] for h in hosts] == [0, 1]
     assert all(h["global_devices"] == 4 and h["local_devices"] == 2 for h in hosts)
     assert results["multihost_agree"] is True
-    assert abs(hosts[0]["trace"] - hosts[0]["expected"]) < 1e-4
+    # The float32 reductions may add in any order: within the worst-case summation bound.
+    assert abs(hosts[0]["trace"] - hosts[0]["expected"]) <= hosts[0]["bound"]

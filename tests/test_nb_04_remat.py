@@ -14,7 +14,8 @@ def test_notebook_04_remat_and_plans(tmp_path):
 
     m = r["measured"]
     assert set(m) == {"none", "block", "decoder"}
-    assert max(x["loss"] for x in m.values()) - min(x["loss"] for x in m.values()) < 1e-4
+    losses = [x["loss"] for x in m.values()]
+    assert max(losses) - min(losses) <= 1e-5 * max(losses)  # float32 rounding only (see test_remat)
     assert m["decoder"]["flops"] > m["none"]["flops"] and m["block"]["flops"] > m["none"]["flops"]
 
     plans = {(p["slice"], p["remat"]): p for p in r["plans"]}

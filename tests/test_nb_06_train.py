@@ -7,8 +7,8 @@ from nbutil import run_notebook
 @pytest.mark.slow
 def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     # Fewer eval prompts and another Sampler batch size than the committed defaults; the
-    # training config is the tiny recipe's, so the cached run (shared with nbmake and
-    # notebooks 07/08) is reused when present.
+    # training config is the tiny recipe's, so the suite's cached run (shared with the tests
+    # of notebooks 07/08; the demo test trains its own on a fresh cache) is reused when present.
     res = run_notebook("06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1)
     assert res["num_eval_rows"] == 100
     assert res["base_accuracy"] <= 0.05

@@ -37,7 +37,10 @@ def test_measure_remat_same_loss_and_recompute_flops(lora_model):
     rows = {r.remat: r for r in remat.measure_remat(lora_model, choices=choices, batch=4, seq_len=64, steps=2)}
     assert set(rows) == set(choices)
     losses = [r.loss for r in rows.values()]
-    assert max(losses) - min(losses) < 1e-4  # remat changes memory and time, never the math
+    # Remat changes memory and time, never the math: the same forward ops, so any difference
+    # is float32 rounding from another fusion order, below the loss's own float32 noise
+    # (~1e-6 relative per token on this model: gpu_parity's float32-vs-float64 floor); 10x.
+    assert max(losses) - min(losses) <= 1e-5 * max(losses)
     # Recomputation is real work the compiler counts; saving the matmul outputs avoids
     # recomputing them. (Memory is compared on the TPU compiler's numbers in test_plan:
     # XLA:CPU's buffer assignment at this size says little about a TPU.)

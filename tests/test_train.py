@@ -59,6 +59,17 @@ def test_config_round_trip_and_cache_key(tiny_base):
     assert train.cache_key(c.replace(learning_rate=c.learning_rate * 2)) != key
     assert train.cache_key(c.replace(lora={"rank": 8})) != key
     assert train.cache_key(c.replace(data={"seed": 1})) != key
+    # The base is keyed by content: the same bytes at another path reuse the cached run.
+    import shutil
+
+    copy = tiny_base.parent / f"{tiny_base.name}-copy-for-key"
+    shutil.copytree(tiny_base, copy, dirs_exist_ok=True)
+    try:
+        assert train.cache_key(c.replace(base_dir=str(copy))) == key
+    finally:
+        shutil.rmtree(copy)
+    # The device count decides float32 rounding (and so the weights): it keys the cache.
+    assert train.result_determinants()["devices"] == 8
 
 
 def test_optimizer_warms_up_then_decays():
@@ -186,13 +197,15 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     got = train.lora_arrays(train.restore_lora_model(killed))
     want = train.lora_arrays(train.restore_lora_model(straight))
     assert got.keys() == want.keys()
+    # Same config, same devices and threads (train.result_determinants): a resumed run is
+    # the uninterrupted run to the last bit, weights and losses.
     for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    # Resumed losses continue the uninterrupted curve. (Tunix writes a step's loss one step
-    # late, so the loss of the step just before the kill may be missing from the log.)
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    # (Tunix writes a step's loss one step late, so the loss of the step just before the
+    # kill may be missing from the log.)
     a, b = dict(train.read_metrics(killed)["train/loss"]), dict(train.read_metrics(straight)["train/loss"])
     assert set(range(max(before) + 1, 13)) <= set(a)
-    np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(a)], rtol=1e-4)
+    assert [a[s] for s in sorted(a)] == [b[s] for s in sorted(a)]
 
 
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
