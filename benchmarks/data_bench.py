@@ -47,16 +47,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    from cookbook import data, sample_task
+    from cookbook import data, fit
 
     tokenizer = data.load_tokenizer("tiny")
-    rows = sample_task.generate_rows("train", n=args.rows)
+    rows = data.generate_rows("train", n=args.rows)
     results = {"rows": args.rows, "seq_len": args.seq_len, "batch_size": args.batch_size,
                "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                "tokenizer": "cookbook tiny BPE (1,024 tokens), Gemma 4 chat template", "modes": {}}
-    consumed = data.training_tokens_per_s("gemma4_31b", "v5p-8")
+    consumed = fit.training_tokens_per_s("gemma4_31b", "v5p-8")
     with tempfile.TemporaryDirectory() as tmp:
-        path = sample_task.write_jsonl(rows, Path(tmp) / "train.jsonl")
+        path = data.write_jsonl(rows, Path(tmp) / "train.jsonl")
         for packing in (True, False):
             cfg = data.DataConfig(seq_len=args.seq_len, batch_size=args.batch_size, packing=packing,
                                   num_packing_bins=64, prefetch=0)

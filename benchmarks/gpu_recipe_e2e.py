@@ -1,6 +1,6 @@
 """The derived GPU recipe, run end to end on CPU, against the Tunix run of the same config.
 
-``cookbook.gpu_baseline`` derives a TRL + PEFT recipe from a ``TrainConfig``; the unit
+``cookbook.gpu`` derives a TRL + PEFT recipe from a ``TrainConfig``; the unit
 tests check a few steps of it against Tunix. This runs the *whole* recipe: the generated
 ``train_gpu.py`` (TRL ``SFTTrainer``, one process standing in for the GPUs, no FSDP,
 float32) on the tiny training preset, then greedy-decodes held-out prompts with
@@ -32,33 +32,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    from cookbook.cli import setup_runtime_env
+    from cookbook.core import setup_runtime_env
 
     setup_runtime_env()
     import torch
 
     torch.set_num_threads(1)  # a tiny model; two spinning OpenMP threads are slower on 2 cores
-    from cookbook import gpu_baseline, gpu_parity, sample_task, train
-    from cookbook import tokenizer as tok_lib
+    from cookbook import data, gpu, train
+    from cookbook import models as tok_lib
 
     config = train.train_preset(args.preset)
     run_dir = train.ensure_trained(config)
     tunix = json.loads((run_dir / "summary.json").read_text())
-    recipe = gpu_baseline.derive_gpu_recipe(
-        config, cluster=gpu_baseline.GpuCluster(num_gpus=1), base_model=str(train.resolve_base_dir(config))
+    recipe = gpu.derive_gpu_recipe(
+        config, cluster=gpu.GpuCluster(num_gpus=1), base_model=str(train.resolve_base_dir(config))
     )
     work = Path(tempfile.mkdtemp(prefix="gpu-recipe-e2e-"))
-    gpu_baseline.write_gpu_recipe(work, recipe)
-    script = gpu_parity.import_train_script(work)
-    eval_rows = sample_task.generate_rows("eval", n=config.num_eval_rows)
+    gpu.write_gpu_recipe(work, recipe)
+    script = gpu.import_train_script(work)
+    eval_rows = data.generate_rows("eval", n=config.num_eval_rows)
     start = time.time()
     trainer = script.build_trainer(
         model_path=recipe.base_model,
-        train_rows=sample_task.generate_rows("train", n=config.num_train_rows),
+        train_rows=data.generate_rows("train", n=config.num_train_rows),
         eval_rows=eval_rows[:64],
         output_dir=work / "run",
         recipe_dir=work,
-        sft_overrides={**gpu_parity.CPU_OVERRIDES, "eval_strategy": "steps",
+        sft_overrides={**gpu.CPU_OVERRIDES, "eval_strategy": "steps",
                        "eval_steps": config.max_steps, "logging_steps": 10},  # fmt: skip
     )
     trainer.train()
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_recipe": {
             "final_train_loss": [x["loss"] for x in logs if "loss" in x][-1],
             "final_eval_loss": [x["eval_loss"] for x in logs if "eval_loss" in x][-1],
-            "exact_match": sample_task.exact_match_rate(completions, rows),
+            "exact_match": data.exact_match_rate(completions, rows),
             "eval_prompts": len(rows),
             "train_time_s": round(train_time_s, 1),
             "loss_normalisation": recipe.loss_normalisation,

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from cookbook import models, shards  # noqa: E402
+from cookbook import merge, models  # noqa: E402
 
 PREFIX = "model.language_model."
 RANK, ALPHA = 64, 64.0
@@ -76,10 +76,10 @@ def _write_file(path: Path, tensors: dict[str, tuple[int, ...]]) -> None:
 
     if _BLOCK is None:
         _BLOCK = np.random.default_rng(0).normal(0, 0.02, 16 * 2**20).astype(ml_dtypes.bfloat16)
-    refs = [shards.OutTensor(name=k, src=shards.TensorRef(name=k, path=path, dtype="BF16", shape=s, offset=0,
+    refs = [merge.OutTensor(name=k, src=merge.TensorRef(name=k, path=path, dtype="BF16", shape=s, offset=0,
                                                          nbytes=int(np.prod(s)) * 2)) for k, s in tensors.items()]
     with open(path, "wb") as f:
-        f.write(shards._header_bytes(refs, {"format": "pt"}))
+        f.write(merge._header_bytes(refs, {"format": "pt"}))
         for r in refs:
             left = r.src.nbytes // 2
             while left:
@@ -111,7 +111,7 @@ def make_base(work: Path, num_layers: int) -> Path:
     for i, n in enumerate(names):
         out = f"model-{i + 1:05d}-of-{len(names):05d}.safetensors"
         os.link(work / "parts" / n, d / out)
-        weight_map.update({k: out for k in shards.read_header(d / out)[0]})
+        weight_map.update({k: out for k in merge.read_header(d / out)[0]})
     total = sum((d / n).stat().st_size for n in set(weight_map.values()))
     (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
                                                                 "weight_map": weight_map}))
@@ -184,7 +184,7 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
     from flax import nnx
     from tunix.models import safetensors_saver
 
-    from cookbook import merge, peft_export
+    from cookbook import lora, merge
 
     t, cpu = time.perf_counter(), time.process_time()
     ckpt = merge.open_lora_checkpoint(lora, preset=bench_preset(int(layers)))
@@ -218,7 +218,7 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
     def key_fn(path: str) -> str:
         parts = path.split(".")
         module = ".".join(parts[2:4])
-        hf = peft_export.TUNIX_TO_HF[module]
+        hf = lora.TUNIX_TO_HF[module]
         if module == "attn.kv_einsum":
             hf = ("self_attn.k_proj",) if parts[-1] == "k" else ("self_attn.v_proj",)
         return f"{PREFIX}layers.{parts[1]}.{hf[0]}.weight"
@@ -288,9 +288,9 @@ def main() -> int:
                 single.mkdir(exist_ok=True)
                 refs = {}
                 for f in base.glob("*.safetensors"):
-                    refs.update(shards.read_header(f)[0])
-                shards.write_shard(single / "model.safetensors",
-                                   [shards.OutTensor(name=k, src=r) for k, r in refs.items()], {"format": "pt"})
+                    refs.update(merge.read_header(f)[0])
+                merge.write_shard(single / "model.safetensors",
+                                   [merge.OutTensor(name=k, src=r) for k, r in refs.items()], {"format": "pt"})
                 shutil.copy(base / "config.json", single / "config.json")
                 tunix = run_child("tunix", str(single), str(lora), str(work / "tunix_out"), str(n))
                 shutil.rmtree(work / "tunix_out", ignore_errors=True)

@@ -71,7 +71,7 @@ def compile_one(config: dict) -> dict:
     """Compile one PlanConfig in a fresh process; its report dict plus wall time."""
     code = (
         "import json, sys\n"
-        "from cookbook.cli import setup_runtime_env; setup_runtime_env()\n"
+        "from cookbook.core import setup_runtime_env; setup_runtime_env()\n"
         "from cookbook import plan\n"
         "cfg = plan.PlanConfig(**json.loads(sys.argv[1]))\n"
         "print('REPORT' + json.dumps(plan.plan(cfg).to_dict()))\n"
@@ -161,7 +161,7 @@ def main() -> int:
     ap.add_argument("--margin", type=float, default=0.80, help="use at most this fraction of HBM")
     ap.add_argument("--recommend-only", action="store_true", help="recompute the recommendation, compile nothing")
     args = ap.parse_args()
-    from cookbook import plan
+    from cookbook import fit
 
     data = json.loads(OUT.read_text()) if OUT.is_file() else {}
     results: dict[str, dict] = data.get("results", {})
@@ -177,13 +177,13 @@ def main() -> int:
         if r.get("crashed"):
             print(f"  crashed: {r['error']}", flush=True)
         else:
-            print(plan.report_from_dict(r).summary(), flush=True)
+            print(fit.report_from_dict(r).summary(), flush=True)
             print(f"  wall {r['wall_s']:.0f} s, host peak RSS {r['host_peak_rss_bytes'] / 2**30:.1f} GiB", flush=True)
         data = {
             "compiled_on": datetime.date.today().isoformat(),
             "machine": "2-core CPU host shared with other jobs, no TPU (deviceless AOT compile, libtpu)",
             "margin": args.margin,
-            "mfu": plan.DEFAULT_MFU,
+            "mfu": fit.DEFAULT_MFU,
             "results": results,
             "recommended": recommend(results, args.margin),
         }

@@ -18,11 +18,11 @@ import platform
 import time
 from pathlib import Path
 
-from cookbook.cli import setup_runtime_env
+from cookbook.core import setup_runtime_env
 
 setup_runtime_env()
 
-from cookbook import base, bench, merge, models, serve  # noqa: E402
+from cookbook import merge, models, serve  # noqa: E402
 
 
 def main() -> int:
@@ -37,7 +37,7 @@ def main() -> int:
 
     preset = models.get_preset(args.preset)
     t0 = time.perf_counter()
-    model_dir = merge.ensure_text_only_base(base.ensure_base(preset.name), preset.name)
+    model_dir = merge.ensure_text_only_base(models.ensure_base(preset.name), preset.name)
     print(f"{preset.name}: {preset.num_params() / 1e6:.0f}M parameters, {model_dir} ({time.perf_counter() - t0:.0f} s)")
     loads = [os.getloadavg()[0]]
     points = []
@@ -45,24 +45,24 @@ def main() -> int:
                             kv_cache_gib=2, max_num_seqs=max(64, max(args.concurrency)))
     with serve.VLLMServer(cfg) as server:
         print(f"vLLM started in {server.startup_s:.0f} s")
-        bench.run_point(server.base_url, preset.name, bench.random_prompts(preset.vocab_size, 2, 16, seed=99), 4)
+        serve.run_point(server.base_url, preset.name, serve.random_prompts(preset.vocab_size, 2, 16, seed=99), 4)
         for c in args.concurrency:
-            prompts = bench.random_prompts(preset.vocab_size, max(8, args.prompts_per_slot * c), args.input_len, seed=c)
-            points.append(bench.run_point(server.base_url, preset.name, prompts, args.output_len, concurrency=c))
-            print(bench.table(points[-1:]))
+            prompts = serve.random_prompts(preset.vocab_size, max(8, args.prompts_per_slot * c), args.input_len, seed=c)
+            points.append(serve.run_point(server.base_url, preset.name, prompts, args.output_len, concurrency=c))
+            print(serve.table(points[-1:]))
         startup_s = server.startup_s
     loads.append(os.getloadavg()[0])
-    model = bench.load_hf_model(model_dir)
-    bench.hf_generate_point(model, bench.random_prompts(preset.vocab_size, 1, 16, seed=99), 4, concurrency=1)
+    model = serve.load_hf_model(model_dir)
+    serve.hf_generate_point(model, serve.random_prompts(preset.vocab_size, 1, 16, seed=99), 4, concurrency=1)
     for c in args.concurrency:
-        prompts = bench.random_prompts(preset.vocab_size, max(8, args.prompts_per_slot * c), args.input_len, seed=c)
-        points.append(bench.hf_generate_point(model, prompts, args.output_len, concurrency=c, threads=1))
-        print(bench.table(points[-1:]))
+        prompts = serve.random_prompts(preset.vocab_size, max(8, args.prompts_per_slot * c), args.input_len, seed=c)
+        points.append(serve.hf_generate_point(model, prompts, args.output_len, concurrency=c, threads=1))
+        print(serve.table(points[-1:]))
     loads.append(os.getloadavg()[0])
 
     by = {(p["label"], p["concurrency"]): p for p in points}
     ratios = {c: by[("vllm", c)]["output_tok_s"] / by[("transformers", c)]["output_tok_s"] for c in args.concurrency}
-    print("\n" + bench.table(points))
+    print("\n" + serve.table(points))
     for c, r in ratios.items():
         print(f"concurrency {c:>3}: vLLM / transformers output tok/s = {r:.2f}x; TTFT p50 "
               f"{by[('vllm', c)]['ttft_ms']['p50']:.0f} ms vs {by[('transformers', c)]['ttft_ms']['p50']:.0f} ms")
@@ -76,7 +76,7 @@ def main() -> int:
         "points": [{k: v for k, v in p.items() if k != "samples"} for p in points],
     }
     out = Path(args.out or Path(__file__).parent / "results" / f"serve_bench_{preset.name}.json")
-    print(bench.write_json(out, payload))
+    print(serve.write_json(out, payload))
     return 0
 
 

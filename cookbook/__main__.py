@@ -2,6 +2,6 @@
 
 import sys
 
-from cookbook.cli import main
+from cookbook.harness import main
 
 sys.exit(main())

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 @pytest.fixture(scope="session")
 def tiny_base() -> Path:
     """The tiny random base checkpoint (released multimodal layout, 2 shards)."""
-    from cookbook import base
+    from cookbook import models
 
-    return base.ensure_base("tiny")
+    return models.ensure_base("tiny")
 
 
 @pytest.fixture(scope="session")

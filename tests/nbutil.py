@@ -17,7 +17,7 @@ def run_notebook(name: str, run_dir: Path, **parameters: Any) -> dict[str, Any]:
     """
     import papermill as pm
 
-    from cookbook.notebook import load_results
+    from cookbook.harness import load_results
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

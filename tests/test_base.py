@@ -5,34 +5,34 @@ import json
 import pytest
 from safetensors import safe_open
 
-from cookbook import base, loader, models, tokenizer
+from cookbook import models
 
 
 def test_tiny_base_has_the_released_layout(tiny_base):
     files = {p.name for p in tiny_base.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors.index.json"} <= files
-    shards = sorted(set(loader.read_checkpoint_index(tiny_base).values()))
+    shards = sorted(set(models.read_checkpoint_index(tiny_base).values()))
     assert len(shards) >= 2
     config = json.loads((tiny_base / "config.json").read_text())
     assert config["architectures"] == ["Gemma4ForConditionalGeneration"]
     assert config["text_config"]["attention_k_eq_v"] is True
-    keys = loader.read_checkpoint_index(tiny_base)
+    keys = models.read_checkpoint_index(tiny_base)
     assert all(k.startswith("model.language_model.") for k in keys)
     # K = V global layer (5) has no v_proj, sliding layers do.
     assert "model.language_model.layers.5.self_attn.v_proj.weight" not in keys
     assert "model.language_model.layers.4.self_attn.v_proj.weight" in keys
     gen = json.loads((tiny_base / "generation_config.json").read_text())
-    assert gen["eos_token_id"] == tokenizer.stop_token_ids()
+    assert gen["eos_token_id"] == models.stop_token_ids()
 
 
 def test_build_is_deterministic_and_cached(tmp_path, tiny_base):
-    again = base.ensure_base("tiny", out=tmp_path / "b")
-    for shard in sorted(set(loader.read_checkpoint_index(tiny_base).values())):
+    again = models.ensure_base("tiny", out=tmp_path / "b")
+    for shard in sorted(set(models.read_checkpoint_index(tiny_base).values())):
         with safe_open(str(tiny_base / shard), "numpy") as a, safe_open(str(again / shard), "numpy") as b:
             for k in a.keys():
                 assert (a.get_tensor(k) == b.get_tensor(k)).all(), k
     mtime = (again / "model.safetensors.index.json").stat().st_mtime_ns
-    assert base.ensure_base("tiny", out=again) == again  # reused, not rebuilt
+    assert models.ensure_base("tiny", out=again) == again  # reused, not rebuilt
     assert (again / "model.safetensors.index.json").stat().st_mtime_ns == mtime
 
 
@@ -41,10 +41,10 @@ def test_refuses_to_overwrite_foreign_or_different_dirs(tmp_path, tiny_base):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
-        base.ensure_base("tiny", out=foreign)
+        models.ensure_base("tiny", out=foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
     with pytest.raises(FileExistsError, match="different base"):
-        base.ensure_base("tiny", out=tiny_base, seed=1)
+        models.ensure_base("tiny", out=tiny_base, seed=1)
 
 
 def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
@@ -57,7 +57,7 @@ def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
     prompt = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
     assert prompt.endswith("<|turn>model\n")
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    assert ids[:2] == [tokenizer.SPECIAL_TOKEN_IDS["<bos>"], tokenizer.SPECIAL_TOKEN_IDS["<|turn>"]]
+    assert ids[:2] == [models.SPECIAL_TOKEN_IDS["<bos>"], models.SPECIAL_TOKEN_IDS["<|turn>"]]
     assert tok.decode(ids) == text
     assert max(ids) < models.tiny().vocab_size
     with pytest.raises(Exception, match="Unknown role"):
@@ -65,11 +65,11 @@ def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
 
 
 def test_cli_base_prints_the_directory(tmp_path, capsys):
-    from cookbook.cli import main
+    from cookbook.harness import main
 
     assert main(["base", "--preset", "tiny", "--out", str(tmp_path / "cli")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "cli")
-    assert base.is_complete(tmp_path / "cli")
+    assert models.is_complete(tmp_path / "cli")
 
 
 def test_fingerprint_follows_the_bytes_not_the_path(tmp_path, tiny_base, monkeypatch):
@@ -77,19 +77,19 @@ def test_fingerprint_follows_the_bytes_not_the_path(tmp_path, tiny_base, monkeyp
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_base, copy, ignore=shutil.ignore_patterns(".*"))
-    assert base.fingerprint(copy) == base.fingerprint(tiny_base)
+    assert models.fingerprint(copy) == models.fingerprint(tiny_base)
     assert (copy / ".cookbook-fingerprint.json").is_file()  # read once, then memoised
     shard = sorted(copy.glob("*.safetensors"))[-1]
     data = bytearray(shard.read_bytes())
     data[-1] ^= 1  # one bit of one weight
     shard.write_bytes(bytes(data))
-    assert base.fingerprint(copy) != base.fingerprint(tiny_base)  # the memo notices the change
+    assert models.fingerprint(copy) != models.fingerprint(tiny_base)  # the memo notices the change
     # Large checkpoints are hashed by header and ends; a change there is still seen.
-    monkeypatch.setattr(base, "_FULL_HASH_BYTES", 0)
+    monkeypatch.setattr(models._base, "_FULL_HASH_BYTES", 0)
     (copy / ".cookbook-fingerprint.json").unlink()
-    sampled = base.fingerprint(copy)
+    sampled = models.fingerprint(copy)
     data[-1] ^= 1
     shard.write_bytes(bytes(data))
-    assert base.fingerprint(copy) != sampled
+    assert models.fingerprint(copy) != sampled
     with pytest.raises(FileNotFoundError, match="no .safetensors"):
-        base.fingerprint(tmp_path)
+        models.fingerprint(tmp_path)

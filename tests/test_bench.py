@@ -1,4 +1,4 @@
-"""cookbook.bench: the load generator against a real vLLM server, the transformers baseline, summaries."""
+"""cookbook.serve: the load generator against a real vLLM server, the transformers baseline, summaries."""
 
 import json
 import math
@@ -6,36 +6,36 @@ import math
 import numpy as np
 import pytest
 
-from cookbook import bench, merge
+from cookbook import merge, serve
 
 
 def test_summarize_percentiles_and_throughput():
-    results = [bench.RequestResult(ok=True, prompt_len=4, output_tokens=11, ttft_s=0.01 * (i + 1),
+    results = [serve.RequestResult(ok=True, prompt_len=4, output_tokens=11, ttft_s=0.01 * (i + 1),
                                    e2e_s=0.01 * (i + 1) + 1.0, itl_s=[0.1] * 10) for i in range(100)]
-    results.append(bench.RequestResult(ok=False, prompt_len=4, error="HTTP 500: boom"))
-    s = bench.summarize(results, 10.0, label="x", concurrency=4)
+    results.append(serve.RequestResult(ok=False, prompt_len=4, error="HTTP 500: boom"))
+    s = serve.summarize(results, 10.0, label="x", concurrency=4)
     assert (s["num_requests"], s["num_ok"], s["errors"]) == (101, 100, ["HTTP 500: boom"])
     assert s["output_tokens"] == 1100 and s["output_tok_s"] == pytest.approx(110.0)
     assert s["ttft_ms"]["p50"] == pytest.approx(505.0) and s["ttft_ms"]["p99"] == pytest.approx(990.1)
     assert s["tpot_ms"]["p50"] == pytest.approx(100.0)  # (e2e - ttft) / (tokens - 1)
     assert s["itl_ms"]["p90"] == pytest.approx(100.0)
     assert len(s["samples"]["ttft_ms"]) == 100
-    assert math.isnan(bench.RequestResult(ok=True, prompt_len=1, output_tokens=1, ttft_s=1, e2e_s=1).tpot_s)
+    assert math.isnan(serve.RequestResult(ok=True, prompt_len=1, output_tokens=1, ttft_s=1, e2e_s=1).tpot_s)
 
 
 def test_prompts_and_the_paper_burst():
-    p = bench.random_prompts(1024, 5, 7, seed=1)
+    p = serve.random_prompts(1024, 5, 7, seed=1)
     assert np.asarray(p).shape == (5, 7) and min(map(min, p)) >= 32 and max(map(max, p)) < 1024
-    assert p == bench.random_prompts(1024, 5, 7, seed=1) and p != bench.random_prompts(1024, 5, 7, seed=2)
-    b = bench.PAPER_BURST
+    assert p == serve.random_prompts(1024, 5, 7, seed=1) and p != serve.random_prompts(1024, 5, 7, seed=2)
+    b = serve.PAPER_BURST
     assert (b.num_prompts, b.input_len, b.output_len, b.concurrency, b.request_rate) == (64, 128, 256, None, None)
-    assert len(bench.scenario_prompts(b, vocab_size=262_144)[0]) == 128
+    assert len(serve.scenario_prompts(b, vocab_size=262_144)[0]) == 128
 
 
 def test_transformers_baseline_times_every_step(tiny_base):
-    model = bench.load_hf_model(merge.ensure_text_only_base(tiny_base, "tiny"))
-    prompts = bench.random_prompts(1024, 6, 16)
-    point = bench.hf_generate_point(model, prompts, 5, concurrency=4)
+    model = serve.load_hf_model(merge.ensure_text_only_base(tiny_base, "tiny"))
+    prompts = serve.random_prompts(1024, 6, 16)
+    point = serve.hf_generate_point(model, prompts, 5, concurrency=4)
     assert (point["num_ok"], point["output_tokens"], point["concurrency"]) == (6, 30, 4)
     assert 0 < point["ttft_ms"]["p50"] <= point["e2e_ms"]["p50"]
     assert len(point["samples"]["ttft_ms"]) == 6
@@ -44,8 +44,8 @@ def test_transformers_baseline_times_every_step(tiny_base):
 @pytest.mark.slow
 def test_load_generator_against_vllm(vllm_lora_server):
     server = vllm_lora_server
-    prompts = bench.random_prompts(1024, 12, 24)
-    points = bench.sweep(server.base_url, "base", prompts, 10, [1, 6], api_key=server.api_key)
+    prompts = serve.random_prompts(1024, 12, 24)
+    points = serve.sweep(server.base_url, "base", prompts, 10, [1, 6], api_key=server.api_key)
     for p in points:
         assert p["num_ok"] == 12, p["errors"]
         assert p["output_tokens"] == 120  # ignore_eos: exactly max_tokens each
@@ -53,23 +53,23 @@ def test_load_generator_against_vllm(vllm_lora_server):
         assert p["ttft_ms"]["p50"] < p["e2e_ms"]["p50"] and p["tpot_ms"]["p50"] > 0
     # More in flight, more tokens per second (continuous batching), even on a busy host.
     assert points[1]["output_tok_s"] > 1.5 * points[0]["output_tok_s"]
-    paced = bench.run_point(server.base_url, "base", prompts[:6], 4, request_rate=20.0, api_key=server.api_key)
+    paced = serve.run_point(server.base_url, "base", prompts[:6], 4, request_rate=20.0, api_key=server.api_key)
     assert paced["num_ok"] == 6 and paced["request_rate"] == 20.0
-    bad = bench.run_point(server.base_url, "base", prompts[:2], 4, api_key="wrong-key")
+    bad = serve.run_point(server.base_url, "base", prompts[:2], 4, api_key="wrong-key")
     assert bad["num_ok"] == 0 and "HTTP 401" in bad["errors"][0]
-    burst = bench.run_scenario(server.base_url, "base",
-                               bench.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
+    burst = serve.run_scenario(server.base_url, "base",
+                               serve.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
                                vocab_size=1024, api_key=server.api_key)
     assert burst["num_ok"] == 8 and burst["scenario"]["name"] == "mini_burst"
 
 
 @pytest.mark.slow
 def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
-    from cookbook import cli
+    from cookbook import harness
 
     monkeypatch.setenv("BENCH_TEST_KEY", vllm_lora_server.api_key)
     out = tmp_path / "b.json"
-    assert cli.main(["bench", "--base-url", vllm_lora_server.base_url, "--model", "base", "--vocab-size", "1024",
+    assert harness.main(["bench", "--base-url", vllm_lora_server.base_url, "--model", "base", "--vocab-size", "1024",
                      "--input-len", "8", "--output-len", "3", "--num-prompts", "4", "--concurrency", "2",
                      "--api-key-env", "BENCH_TEST_KEY", "--out", str(out)]) == 0
     assert "TTFT p50" in capsys.readouterr().out
@@ -81,10 +81,10 @@ def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
 def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
     """Same point, vLLM's benchmark and ours: same token counts, throughput within 2x (noisy host)."""
     server = vllm_lora_server
-    theirs = bench.vllm_bench_point(server.base_url, "base", server.config.model_dir, input_len=24,
+    theirs = serve.vllm_bench_point(server.base_url, "base", server.config.model_dir, input_len=24,
                                     output_len=16, num_prompts=16, concurrency=4, api_key=server.api_key)
-    ours = bench.run_point(server.base_url, "base", bench.random_prompts(1024, 16, 24), 16, concurrency=4,
+    ours = serve.run_point(server.base_url, "base", serve.random_prompts(1024, 16, 24), 16, concurrency=4,
                            api_key=server.api_key)
     assert theirs["completed"] == 16 and theirs["total_output_tokens"] == ours["output_tokens"] == 256
-    ratios = bench.compare_with_vllm_bench(ours, theirs)
+    ratios = serve.compare_with_vllm_bench(ours, theirs)
     assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, ratios

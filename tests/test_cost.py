@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from cookbook import cli, cost
+from cookbook import cost, fit, harness
 
 
 def test_paper_table_reproduced_exactly_from_its_inputs():
@@ -74,7 +74,7 @@ def test_prices_are_sourced_or_unknown_and_overridable():
 def test_predicted_row_from_plan_figures(tmp_path):
     plan_json = tmp_path / "plan.json"
     # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (REFERENCE.md).
-    # Records shaped like cookbook.plan.PlanReport.to_dict(); the recommended layout wins.
+    # Records shaped like cookbook.fit.PlanReport.to_dict(); the recommended layout wins.
     def rec(remat, flash, flops, compiles=True):
         return {"config": {"preset": "gemma4_31b", "slice_name": "v5p-8", "batch": 1, "seq_len": 4096,
                            "remat": remat, "flash": flash, "block": 512},
@@ -82,7 +82,7 @@ def test_predicted_row_from_plan_figures(tmp_path):
                 "flops_per_token": flops * 4 / 4096, "total_bytes": 18.7 * 2**30}
     plan_json.write_text(json.dumps({"plans": [rec("none", False, 157.8e12), rec("decoder", False, 1e12, False),
                                                rec("decoder", True, 228.5e12)]}))
-    assert cost.load_plan_figures(plan_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
+    assert fit.load_plan_figures(plan_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
     # The layout of benchmarks/plan_31b.py: records by name, and its pick per slice.
     bench_json = tmp_path / "plan_31b.json"
     bench_json.write_text(json.dumps({
@@ -90,9 +90,9 @@ def test_predicted_row_from_plan_figures(tmp_path):
         "results": {"dense_noremat": rec("none", False, 157.8e12), "splash": rec("decoder", True, 189.7e12),
                     "short": {**rec("none", False, 1e12), "config": {**rec("none", False, 1e12)["config"],
                                                                       "num_layers": 2}}}}))
-    assert cost.load_plan_figures(bench_json).tflop_per_chip_per_step == pytest.approx(189.7)
-    assert cost.load_plan_figures(bench_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
-    plan = cost.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
+    assert fit.load_plan_figures(bench_json).tflop_per_chip_per_step == pytest.approx(189.7)
+    assert fit.load_plan_figures(bench_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
+    plan = fit.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
     assert plan.tflop_per_chip_per_step == pytest.approx(228.5) and "flash True" in plan.source
     assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
     row = cost.predict_training(plan, mfu=0.4)
@@ -109,7 +109,7 @@ def test_predicted_row_from_plan_figures(tmp_path):
 
 
 def test_predicted_row_without_plan_says_so(tmp_path):
-    assert cost.load_plan_figures(tmp_path / "missing.json") is None
+    assert fit.load_plan_figures(tmp_path / "missing.json") is None
     row = cost.predict_training(None)
     assert row["tokens_per_s"] == 763.0
     assert "not a prediction" in row["assumptions"][0]
@@ -117,7 +117,7 @@ def test_predicted_row_without_plan_says_so(tmp_path):
 
 def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     out = tmp_path / "cost.json"
-    rc = cli.main(["cost", "--json", str(out), "--plot", str(tmp_path / "c.png"),
+    rc = harness.main(["cost", "--json", str(out), "--plot", str(tmp_path / "c.png"),
                    "--plan", str(tmp_path / "none.json"), "--serving-hours", "1", "24"])
     assert rc == 0
     text = capsys.readouterr().out
@@ -125,11 +125,5 @@ def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert round(data["table"]["train_cost_ratio"], 2) == 2.12
     assert (tmp_path / "c.png").stat().st_size > 10_000
-    assert cli.main(["cost", "--pricing", "spot"]) == 2
+    assert harness.main(["cost", "--pricing", "spot"]) == 2
     assert "unknown" in capsys.readouterr().err
-
-
-def test_default_mfu_is_the_planners():
-    from cookbook import plan
-
-    assert cost.DEFAULT_MFU == plan.DEFAULT_MFU

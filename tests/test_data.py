@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from cookbook import data, sample_task
+from cookbook import data
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def tok(tiny_base):
 
 @pytest.fixture(scope="module")
 def rows():
-    return sample_task.generate_rows("train", n=400)
+    return data.generate_rows("train", n=400)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_loss_mask_covers_exactly_the_answer_and_turn_end(tok, rows):
         ids, mask = data.tokenize_chat(tok, row)
         assert ids.dtype == mask.dtype == np.int32 and ids.shape == mask.shape
         answer = tok.decode(ids[mask == 1])
-        assert answer == sample_task.answer_of(row) + "<turn|>"
+        assert answer == data.answer_of(row) + "<turn|>"
         # Everything before the answer is the prompt a server sees.
         first = int(np.argmax(mask))
         assert list(ids[:first]) == data.prompt_ids(tok, row)
@@ -55,8 +55,8 @@ def test_loss_mask_covers_exactly_the_answer_and_turn_end(tok, rows):
 
 
 def test_prompt_completion_and_messages_rows_tokenise_alike(tok):
-    row = sample_task.generate_rows("eval", n=1)[0]
-    pc = {"prompt": sample_task.prompt_of(row), "completion": sample_task.answer_of(row)}
+    row = data.generate_rows("eval", n=1)[0]
+    pc = {"prompt": data.prompt_of(row), "completion": data.answer_of(row)}
     conversational = {"prompt": row["messages"][:1], "completion": row["messages"][1:]}
     for other in (pc, conversational):
         for a, b in zip(data.tokenize_chat(tok, row), data.tokenize_chat(tok, other), strict=True):
@@ -83,7 +83,7 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
     from cookbook import merge
 
     served_dir = merge.ensure_text_only_base(tiny_base, "tiny")  # what vLLM on CPU serves
-    for row in sample_task.generate_rows("eval", n=3):
+    for row in data.generate_rows("eval", n=3):
         served = data.render_with_vllm(served_dir, row["messages"][:1])
         assert served == data.prompt_ids(tok, row)
     text = data.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
@@ -99,7 +99,7 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
 def test_jsonl_parquet_and_datasets_read_the_same(tmp_path, tok, rows):
     import datasets
 
-    path = sample_task.write_jsonl(rows[:30], tmp_path / "rows.jsonl")
+    path = data.write_jsonl(rows[:30], tmp_path / "rows.jsonl")
     ds = datasets.Dataset.from_list(rows[:30])
     ds.to_parquet(str(tmp_path / "rows.parquet"))
     cfg = data.DataConfig(seq_len=64)
@@ -114,7 +114,7 @@ def test_jsonl_parquet_and_datasets_read_the_same(tmp_path, tok, rows):
 
 def _messy_file(tmp_path, good_rows):
     path = tmp_path / "messy.jsonl"
-    expected = sample_task.write_messy_jsonl(path, good_rows)
+    expected = data.write_messy_jsonl(path, good_rows)
     return path, expected, len(path.read_bytes().splitlines())
 
 
@@ -143,7 +143,7 @@ def test_too_many_bad_rows_refuse_to_train_and_say_why(tmp_path, tok, rows):
 def test_truncate_policy_keeps_long_rows_cut_to_seq_len(tok):
     row = {"prompt": "write it", "completion": " ".join(["assign y = a + b;"] * 40)}
     examples, report = data.prepare_examples(
-        [row, sample_task.generate_rows("eval", n=1)[0]], tok, data.DataConfig(seq_len=64, too_long="truncate")
+        [row, data.generate_rows("eval", n=1)[0]], tok, data.DataConfig(seq_len=64, too_long="truncate")
     )
     assert report.num_kept == 2 and report.num_truncated == 1 and report.num_dropped == 0
     assert len(examples[0].token_ids) == 64 and examples[0].loss_mask.sum() > 0
@@ -225,9 +225,9 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
     import jax.numpy as jnp
     from flax import nnx
 
-    from cookbook import loader, models, numerics, quickstart
+    from cookbook import core, models
 
-    model = loader.load_tunix_model(tiny_base, models.get_preset("tiny"))
+    model = models.load_tunix_model(tiny_base, models.get_preset("tiny"))
     forward = nnx.jit(lambda m, tokens, positions, mask: m(tokens, positions, None, mask)[0])
     cfg = data.DataConfig(seq_len=128, batch_size=1, packing=True, shuffle=False)
     batch = next(data.make_train_iter(rows, tok, cfg))
@@ -242,14 +242,14 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
         alone = forward(model, jnp.asarray(ids[None]), jnp.arange(n)[None], jnp.tril(jnp.ones((n, n), bool))[None])
         # Same function, another layout: float32 rounding only. Bound: 4x transformers' own
         # float32 error on this example (float32 vs float64), measured here (numerics).
-        floors[s] = numerics.float32_floor(quickstart.transformers_logits(tiny_base, ids[None]),
-                                           quickstart.transformers_logits(tiny_base, ids[None], dtype="float64"))
-        check = numerics.compare(np.asarray(packed[0])[seg == s], np.asarray(alone[0]), floors[s])
+        floors[s] = core.float32_floor(models.transformers_logits(tiny_base, ids[None]),
+                                           models.transformers_logits(tiny_base, ids[None], dtype="float64"))
+        check = core.compare(np.asarray(packed[0])[seg == s], np.asarray(alone[0]), floors[s])
         assert check["ok"], (s, check)
     # Control: with a plain causal mask the second example sees the first, and differs.
     causal = jnp.tril(jnp.ones((128, 128), bool))[None]
     leaky = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), causal)
-    numerics.check_separated(numerics.compare(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2],
+    core.check_separated(core.compare(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2],
                                               floors[2]), "causal mask across examples")
 
 
@@ -376,4 +376,4 @@ def test_a_tokenizer_without_chat_template_is_refused(tok):
     bare = copy.deepcopy(tok)
     bare.chat_template = None
     with pytest.raises(data.DataError, match="has no chat template"):
-        data.tokenize_chat(bare, sample_task.generate_rows("eval", n=1)[0])
+        data.tokenize_chat(bare, data.generate_rows("eval", n=1)[0])

@@ -1,4 +1,4 @@
-"""cookbook.demo: orchestration on a temporary notebooks directory of trivial notebooks.
+"""cookbook.harness: orchestration on a temporary notebooks directory of trivial notebooks.
 
 Running every real notebook is what ``make demo`` does; here the ordering, the run
 directory, parameters, the stop-at-first-failure message and the report are checked on
@@ -11,7 +11,7 @@ import json
 import nbformat
 import pytest
 
-from cookbook import cli, demo, report
+from cookbook import harness
 
 
 def _notebook(path, *cells, params="X = 1  # a parameter"):
@@ -27,7 +27,7 @@ def _notebook(path, *cells, params="X = 1  # a parameter"):
 @pytest.fixture(scope="module")
 def nbdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("notebooks")
-    rec = "from cookbook.notebook import record\n"
+    rec = "from cookbook.harness import record\n"
     _notebook(d / "00_hello.ipynb",
               rec + "import os\nrecord('00_hello', x=X, loss_curve=[3.0, 2.0, 1.5, 1.2],"
                     " cwd=os.path.basename(os.getcwd()))")
@@ -37,8 +37,8 @@ def nbdir(tmp_path_factory):
 
 
 def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
-    with pytest.raises(demo.NotebookFailed) as err:
-        demo.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41})
+    with pytest.raises(harness.NotebookFailed) as err:
+        harness.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41})
     assert err.value.notebook == "01_boom"
     assert "ValueError: boom at step 3" in str(err.value)
     run = err.value.output.parent
@@ -60,7 +60,7 @@ def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
 
 
 def test_cli_only_subset_and_failure_message(nbdir, tmp_path, capsys):
-    assert cli.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "00",
+    assert harness.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "00",
                      "-p", "X=5"]) == 0
     run = (tmp_path / "latest").resolve()
     assert json.loads((run / "00_hello.json").read_text())["x"] == 5
@@ -69,7 +69,7 @@ def test_cli_only_subset_and_failure_message(nbdir, tmp_path, capsys):
     assert "Not run" in md and "01_boom" in md
     assert "Notebook 03 (Sharding fixes) is not part of this cookbook yet." in md
     capsys.readouterr()
-    assert cli.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "01"]) == 1
+    assert harness.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "01"]) == 1
     err = capsys.readouterr().err
     assert "STOPPED" in err and "notebook 01_boom failed" in err and "ValueError: boom at step 3" in err
 
@@ -78,16 +78,16 @@ def test_notebook_that_records_nothing_is_an_error(tmp_path):
     d = tmp_path / "nbs"
     d.mkdir()
     _notebook(d / "00_silent.ipynb", "print('I forgot to record')")
-    with pytest.raises(report.ReportError, match="00_silent ran but recorded nothing"):
-        demo.run_demo(notebooks_dir=d, runs_root=tmp_path / "runs")
+    with pytest.raises(harness.ReportError, match="00_silent ran but recorded nothing"):
+        harness.run_demo(notebooks_dir=d, runs_root=tmp_path / "runs")
     run = (tmp_path / "runs" / "latest").resolve()
     assert "ERROR: recorded nothing" in (run / "report.md").read_text()
 
 
 def test_parse_parameters_and_only():
-    assert demo.parse_parameters(["A=3", "B=gemma4_31b", "C=0.5", "D='x'", "E=[1, 2]"]) == {
+    assert harness.parse_parameters(["A=3", "B=gemma4_31b", "C=0.5", "D='x'", "E=[1, 2]"]) == {
         "A": 3, "B": "gemma4_31b", "C": 0.5, "D": "x", "E": [1, 2]}
     with pytest.raises(ValueError, match="NAME=VALUE"):
-        demo.parse_parameters(["no-equals"])
+        harness.parse_parameters(["no-equals"])
     with pytest.raises(ValueError, match="no such notebook"):
-        demo.list_notebooks(demo.REPO / "notebooks", only=["77"])
+        harness.list_notebooks(harness.REPO / "notebooks", only=["77"])

@@ -1,4 +1,4 @@
-"""The derived GPU recipe (cookbook.gpu_baseline) and the train_gpu.py it writes (cookbook.gpu_train)."""
+"""The derived GPU recipe (cookbook.gpu) and the train_gpu.py it writes (cookbook.gpu)."""
 
 import json
 import re
@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from cookbook import gpu_baseline, lora, models, train
+from cookbook import gpu, lora, models, train
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def test_paper_recipe_on_two_gpus_keeps_the_tpu_objective():
     cfg = train.train_preset("gemma4_31b")
-    r = gpu_baseline.derive_gpu_recipe(cfg)
+    r = gpu.derive_gpu_recipe(cfg)
     s = r.sft
     # micro-batch 1 x 8 accumulation on TPU = 2 GPUs x 1 x 4, each GPU micro-batch one TPU
     # micro-batch, losses averaged per micro-batch (optax.MultiSteps).
@@ -40,23 +40,23 @@ def test_paper_recipe_on_two_gpus_keeps_the_tpu_objective():
 
 def test_batch_layout_without_accumulation_splits_the_batch_and_weighs_tokens():
     cfg = train.train_preset("tiny")  # 8 packed rows, no accumulation
-    per_device, accum, norm = gpu_baseline.gpu_batch_layout(cfg, 2)
+    per_device, accum, norm = gpu.gpu_batch_layout(cfg, 2)
     assert (per_device, accum, norm) == (4, 1, "tokens_in_step")
-    r = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=2))
+    r = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=2))
     assert r.sft["bf16"] is False and r.model_dtype == "float32"  # tiny is float32
 
 
 def test_batch_layout_refuses_a_gpu_count_that_changes_the_objective():
     cfg = train.train_preset("gemma4_31b")
     with pytest.raises(ValueError, match="does not divide over 3 GPUs"):
-        gpu_baseline.gpu_batch_layout(cfg, 3)
+        gpu.gpu_batch_layout(cfg, 3)
     with pytest.raises(ValueError, match="does not split over 3 GPUs"):
-        gpu_baseline.gpu_batch_layout(train.train_preset("tiny"), 3)
+        gpu.gpu_batch_layout(train.train_preset("tiny"), 3)
 
 
 def test_end_lr_maps_to_cosine_with_min_lr():
     cfg = train.train_preset("tiny").replace(end_lr_fraction=0.1)
-    s = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=1)).sft
+    s = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=1)).sft
     assert s["lr_scheduler_type"] == "cosine_with_min_lr"
     assert s["lr_scheduler_kwargs"] == {"min_lr": pytest.approx(cfg.learning_rate * 0.1)}
 
@@ -76,7 +76,7 @@ def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
                        audio_config=Gemma4AudioConfig())  # fmt: skip
     with torch.device("meta"):
         names = [n for n, _ in Gemma4ForConditionalGeneration(cfg).named_modules()]
-    rx = gpu_baseline.peft_target_regex(lora.LoraConfig(), p)
+    rx = gpu.peft_target_regex(lora.LoraConfig(), p)
     hit = {n for n in names if re.fullmatch(rx, n)}
     assert hit == set(lora.hf_module_names(p, prefix="model.language_model."))
     assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
@@ -90,11 +90,11 @@ def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
 
 def test_partial_targets_and_kv_split_are_translated_or_refused():
     p = models.get_preset("tiny")
-    rx = gpu_baseline.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
+    rx = gpu.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
     assert re.fullmatch(rx, "model.layers.3.self_attn.q_proj")
     assert not re.fullmatch(rx, "model.layers.3.mlp.up_proj")
     with pytest.raises(lora.LoraCoverageError, match="k_proj and v_proj together"):
-        gpu_baseline.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
+        gpu.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
 
 
 def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
@@ -102,7 +102,7 @@ def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
     from peft import LoraConfig as PeftLoraConfig
     from trl import SFTConfig
 
-    paths = gpu_baseline.write_gpu_recipe(tmp_path, config=train.train_preset("gemma4_31b"))
+    paths = gpu.write_gpu_recipe(tmp_path, config=train.train_preset("gemma4_31b"))
     assert {p.name for p in tmp_path.iterdir()} >= {
         "sft_config.json", "lora_config.json", "recipe.json", "fsdp_config.yaml", "train_gpu.py"
     }
@@ -127,10 +127,10 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     out the newline after <turn|>, unlike TRL's own prompt-completion path)."""
     from transformers import AutoTokenizer
 
-    from cookbook import data, gpu_train, sample_task
+    from cookbook import data, gpu
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
-    rows = sample_task.generate_rows("train", n=20)
+    rows = data.generate_rows("train", n=20)
     rows.append({"messages": [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Name a gate."},
@@ -141,7 +141,7 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     rows.append({"prompt": "Say hi.", "completion": "hi"})
     for n, row in enumerate(rows, 1):
         ids, mask = data.tokenize_chat(tok, row)
-        got = gpu_train.tokenize_row(tok, gpu_train.row_messages(row, n))
+        got = gpu.tokenize_row(tok, gpu.row_messages(row, n))
         assert got["input_ids"] == ids.tolist()
         assert got["completion_mask"] == mask.tolist()
     # Trained tokens end on <turn|>, never on the newline the template writes after it.
@@ -153,16 +153,16 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
 def test_train_script_drops_or_truncates_long_rows_like_the_pipeline(tiny_base):
     from transformers import AutoTokenizer
 
-    from cookbook import gpu_train, sample_task
+    from cookbook import data, gpu
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
-    rows = sample_task.generate_rows("train", n=3)
-    n = len(gpu_train.tokenize_row(tok, rows[0]["messages"])["input_ids"])
+    rows = data.generate_rows("train", n=3)
+    n = len(gpu.tokenize_row(tok, rows[0]["messages"])["input_ids"])
     with pytest.raises(ValueError, match="no usable rows"):
-        gpu_train.build_dataset(tok, rows, 8, "drop")
-    cut = gpu_train.build_dataset(tok, rows, 8, "truncate")
+        gpu.build_dataset(tok, rows, 8, "drop")
+    cut = gpu.build_dataset(tok, rows, 8, "truncate")
     assert [len(x) for x in cut["input_ids"]] == [8, 8, 8]
-    assert len(gpu_train.build_dataset(tok, rows, n + 100, "drop")) == 3
+    assert len(gpu.build_dataset(tok, rows, n + 100, "drop")) == 3
 
 
 def test_train_script_lora_matches_qwix_init_and_kv_sharing(tiny_base):
@@ -173,12 +173,12 @@ def test_train_script_lora_matches_qwix_init_and_kv_sharing(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cookbook import gpu_train
+    from cookbook import gpu
 
     cfg = train.train_preset("tiny")
-    r = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=1))
+    r = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=1))
     model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
-    peft_model = gpu_train.apply_lora(model, r.lora, r.recipe_json(), seed=0)
+    peft_model = gpu.apply_lora(model, r.lora, r.recipe_json(), seed=0)
     mods = {n: m for n, m in peft_model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
     assert len(mods) == 41
     for name, m in mods.items():
@@ -205,12 +205,12 @@ def test_packed_rows_keep_examples_apart_in_transformers(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cookbook import data, numerics, sample_task
+    from cookbook import core, data
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).eval()
     model64 = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float64).eval()
-    ex = [data.tokenize_chat(tok, r)[0].tolist() for r in sample_task.generate_rows("train", n=3)]
+    ex = [data.tokenize_chat(tok, r)[0].tolist() for r in data.generate_rows("train", n=3)]
     flat = torch.tensor([sum(ex, [])])
     pos = torch.tensor([sum((list(range(len(e))) for e in ex), [])])
     with torch.no_grad():
@@ -219,20 +219,20 @@ def test_packed_rows_keep_examples_apart_in_transformers(tiny_base):
         for e in ex:
             alone = model(input_ids=torch.tensor([e])).logits[0]
             # Same function, another layout: 4x the float32 floor measured on this example.
-            floor = numerics.float32_floor(alone, model64(input_ids=torch.tensor([e])).logits[0])
-            check = numerics.compare(packed[offset : offset + len(e)], alone, floor)
+            floor = core.float32_floor(alone, model64(input_ids=torch.tensor([e])).logits[0])
+            check = core.compare(packed[offset : offset + len(e)], alone, floor)
             assert check["ok"], check
             # Control: the same slice of a plain causal row (examples see each other) is far off.
             if offset:
                 leaky = model(input_ids=flat).logits[0][offset : offset + len(e)]
-                numerics.check_separated(numerics.compare(leaky, alone, floor), "causal row")
+                core.check_separated(core.compare(leaky, alone, floor), "causal row")
             offset += len(e)
 
 
 def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
-    from cookbook import cli
+    from cookbook import harness
 
-    assert cli.main(["gpu-recipe", "--preset", "gemma4_31b", "--out", str(tmp_path / "p")]) == 0
+    assert harness.main(["gpu-recipe", "--preset", "gemma4_31b", "--out", str(tmp_path / "p")]) == 0
     assert "accelerate launch --config_file fsdp_config.yaml train_gpu.py" in capsys.readouterr().out
     assert (tmp_path / "p" / "train_gpu.py").is_file()
     # A run directory's recipe.json (as `cookbook train` writes it) gives that run's exact config.
@@ -240,11 +240,11 @@ def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
     run.mkdir()
     cfg = train.train_preset("tiny").replace(max_steps=123, grad_accum_steps=2)
     (run / "recipe.json").write_text(json.dumps(train.recipe(cfg, tmp_path)))
-    assert cli.main(["gpu-recipe", "--run", str(run), "--num-gpus", "1", "--out", str(tmp_path / "r")]) == 0
+    assert harness.main(["gpu-recipe", "--run", str(run), "--num-gpus", "1", "--out", str(tmp_path / "r")]) == 0
     sft = json.loads((tmp_path / "r" / "sft_config.json").read_text())
     assert sft["max_steps"] == 123 and sft["gradient_accumulation_steps"] == 2
     assert sft["per_device_train_batch_size"] == cfg.data.batch_size
-    assert cli.main(["gpu-recipe", "--preset", "gemma4_31b", "--num-gpus", "3", "--out", str(tmp_path / "x")]) == 2
+    assert harness.main(["gpu-recipe", "--preset", "gemma4_31b", "--num-gpus", "3", "--out", str(tmp_path / "x")]) == 2
     assert "does not divide over 3 GPUs" in capsys.readouterr().err
 
 
@@ -259,7 +259,7 @@ def test_learning_rate_schedules_agree_step_by_step(preset, num_gpus):
     import transformers
 
     cfg = train.train_preset(preset)
-    s = gpu_baseline.derive_gpu_recipe(cfg, cluster=gpu_baseline.GpuCluster(num_gpus=num_gpus)).sft
+    s = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=num_gpus)).sft
     opt = train.make_optimizer(cfg)
     params = {"w": jnp.zeros(2)}
     state, update = opt.init(params), jax.jit(opt.update)
@@ -273,10 +273,10 @@ def test_learning_rate_schedules_agree_step_by_step(preset, num_gpus):
         s["lr_scheduler_type"], torch_opt, num_warmup_steps=s["warmup_steps"],
         num_training_steps=s["max_steps"], scheduler_specific_kwargs=s.get("lr_scheduler_kwargs") or {},
     )  # fmt: skip
-    gpu = []
+    hf_lrs = []
     for _ in range(cfg.max_steps):
-        gpu.append(torch_opt.param_groups[0]["lr"])
+        hf_lrs.append(torch_opt.param_groups[0]["lr"])
         torch_opt.step()
         sched.step()
-    assert tpu[0] == gpu[0] == 0.0
-    np.testing.assert_allclose(tpu, gpu, rtol=1e-5, atol=1e-6 * cfg.learning_rate)
+    assert tpu[0] == hf_lrs[0] == 0.0
+    np.testing.assert_allclose(tpu, hf_lrs, rtol=1e-5, atol=1e-6 * cfg.learning_rate)

@@ -2,14 +2,14 @@
 
 import pytest
 
-from cookbook.numerics import CONTROL_SEPARATION, PARITY_FACTOR
+from cookbook.core import CONTROL_SEPARATION, PARITY_FACTOR
 
 
 @pytest.fixture(scope="module")
 def parity(tiny_base, tmp_path_factory):
-    from cookbook import gpu_parity
+    from cookbook import gpu
 
-    return gpu_parity.run_parity(work_dir=tmp_path_factory.mktemp("gpu-parity"))
+    return gpu.run_parity(work_dir=tmp_path_factory.mktemp("gpu-parity"))
 
 
 @pytest.mark.slow
@@ -24,7 +24,7 @@ def test_same_tokens_mask_and_lora_structure(parity):
 def test_same_loss_and_gradients_on_the_same_batch(parity):
     # Random LoRA B, so the loss goes through every mapped LoRA tensor. Bounds: 4x
     # transformers' own float32 error on this batch (against the same PEFT model in float64),
-    # measured in the run (cookbook.numerics); a fixed number would be right on one CPU only.
+    # measured in the run (cookbook.core); a fixed number would be right on one CPU only.
     assert 0 < parity.loss_float32_floor < 1e-3 and 0 < parity.grad_float32_floor < 1e-2
     assert parity.initial_loss_diff <= PARITY_FACTOR * parity.loss_float32_floor
     assert parity.grad_rel_err <= PARITY_FACTOR * parity.grad_float32_floor

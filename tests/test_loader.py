@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cookbook import loader, models, numerics
+from cookbook import core, models
 
 
 def _logits_both(ckpt, mesh, tokens):
@@ -16,7 +16,7 @@ def _logits_both(ckpt, mesh, tokens):
     from transformers import AutoModelForCausalLM, Gemma4ForConditionalGeneration
     from tunix.sft import utils as sft_utils
 
-    model = loader.load_tunix_model(ckpt, "tiny", mesh=mesh)
+    model = models.load_tunix_model(ckpt, "tiny", mesh=mesh)
     b, t = tokens.shape
     pos = jnp.broadcast_to(jnp.arange(t), (b, t))
     mask = sft_utils.make_causal_attn_mask(jnp.ones((b, t), bool))
@@ -28,7 +28,7 @@ def _logits_both(ckpt, mesh, tokens):
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(tokens)).logits.numpy()
         ref64 = hf.double()(input_ids=torch.tensor(tokens)).logits.numpy()
-    return model, ours, ref, numerics.float32_floor(ref, ref64)
+    return model, ours, ref, core.float32_floor(ref, ref64)
 
 
 def test_tunix_matches_transformers_on_4x2_mesh(tiny_base, mesh_4x2):
@@ -37,8 +37,8 @@ def test_tunix_matches_transformers_on_4x2_mesh(tiny_base, mesh_4x2):
     tokens = rng.integers(22, 1024, size=(4, 128))  # ids < 22 are special/multimodal markers
     model, ours, ref, floor = _logits_both(tiny_base, mesh_4x2, tokens)
     # Both are float32 (~1e-4 from float64 at this length): the bound is 4x transformers' own
-    # float32 error on these tokens, measured here (cookbook.numerics), not a fixed number.
-    check = numerics.compare(ours, ref, floor)
+    # float32 error on these tokens, measured here (cookbook.core), not a fixed number.
+    check = core.compare(ours, ref, floor)
     assert check["ok"], check
     # A sliding-window bug would show after position 64: logits there must depend on it.
     assert np.abs(ref[:, 100:]).max() > 1.0
@@ -60,15 +60,15 @@ def test_text_only_layout_loads_too(tiny_base, mesh_4x2, tmp_path):
     text.save_pretrained(out, max_shard_size=4_000_000)
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(tiny_base / f, out / f)
-    assert loader.text_prefix(loader.read_checkpoint_index(out)) == "model."
+    assert models.text_prefix(models.read_checkpoint_index(out)) == "model."
     tokens = np.random.default_rng(1).integers(22, 1024, size=(2, 40))
     _, ours, ref, floor = _logits_both(out, mesh_4x2, tokens)
-    assert numerics.compare(ours, ref, floor)["ok"]
+    assert core.compare(ours, ref, floor)["ok"]
 
 
 def test_wrong_preset_is_refused_before_loading(tiny_base):
     with pytest.raises(ValueError, match="does not fit preset 'small'"):
-        loader.load_tunix_model(tiny_base, "small")
+        models.load_tunix_model(tiny_base, "small")
 
 
 def test_index_pointing_outside_is_refused(tiny_base, tmp_path):
@@ -79,4 +79,4 @@ def test_index_pointing_outside_is_refused(tiny_base, tmp_path):
     index["weight_map"][first] = "../../etc/passwd"
     (bad / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match="outside the checkpoint directory"):
-        loader.read_checkpoint_index(bad)
+        models.read_checkpoint_index(bad)

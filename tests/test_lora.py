@@ -123,9 +123,9 @@ def test_projections_match_the_abstract_tunix_model():
 
 @pytest.fixture(scope="module")
 def tiny_tunix(tiny_base):
-    from cookbook import loader
+    from cookbook import models
 
-    return loader.load_tunix_model(tiny_base, "tiny")
+    return models.load_tunix_model(tiny_base, "tiny")
 
 
 def test_apply_lora_count_equals_peft_on_the_same_checkpoint(tiny_base, tiny_tunix):
@@ -245,9 +245,9 @@ def test_apply_lora_refuses_a_wrong_count():
 
 
 def test_apply_lora_on_mesh_shards_adapters_like_their_weights(tiny_base, mesh_4x2):
-    from cookbook import loader
+    from cookbook import models
 
-    model = loader.load_tunix_model(tiny_base, "tiny", mesh=mesh_4x2)
+    model = models.load_tunix_model(tiny_base, "tiny", mesh=mesh_4x2)
     lm = L.apply_lora(
         model, L.LoraConfig(rank=4, alpha=8.0, targets=("q_proj",)), preset="tiny", mesh=mesh_4x2
     )

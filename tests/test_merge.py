@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cookbook import merge, merge_check, peft_export, shards
+from cookbook import lora, merge
 
 REPO = Path(__file__).resolve().parent.parent
 RANK, ALPHA = 8, 16.0
@@ -22,17 +22,17 @@ SHARD = 2 * 2**20  # tiny is ~7.8 MB: several output shards
 @pytest.fixture(scope="module")
 def lora_run(tiny_base) -> Path:
     """A Tunix LoRA run with random non-zero A and B (cached; notebook 07's test shares it)."""
-    return merge_check.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
+    return merge.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
 
 
 @pytest.fixture(scope="module")
 def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
     """The merged model (released layout, via the API), text-only + PEFT (via the CLI)."""
-    from cookbook import cli
+    from cookbook import harness
 
     d = tmp_path_factory.mktemp("out")
     merge.merge_lora(tiny_base, lora_run, d / "merged", max_shard_bytes=SHARD, progress=False)
-    rc = cli.main(["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only",
+    rc = harness.main(["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only",
                    "--peft-out", str(d / "peft_text")])
     assert rc == 0
     merge.export_peft(lora_run, d / "peft_mm", layout="multimodal")
@@ -47,11 +47,11 @@ def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
 def test_untouched_tensors_are_byte_identical(tiny_base, outputs):
     from safetensors import safe_open
 
-    from cookbook import loader
+    from cookbook import models
 
     def tensors(d):
         out = {}
-        for shard in set(loader.read_checkpoint_index(d).values()):
+        for shard in set(models.read_checkpoint_index(d).values()):
             with safe_open(str(d / shard), framework="numpy") as f:
                 out.update({k: f.get_tensor(k) for k in f.keys()})
         return out
@@ -75,7 +75,7 @@ def test_output_shards_index_and_side_files(tiny_base, outputs):
     assert len(files) >= 3 and files == sorted(p.name for p in out.glob("*.safetensors"))
     total = 0
     for name in files:
-        refs, meta = shards.read_header(out / name)
+        refs, meta = merge.read_header(out / name)
         assert meta == {"format": "pt"}
         assert {k for k, v in index["weight_map"].items() if v == name} == set(refs)
         data = sum(r.nbytes for r in refs.values())
@@ -112,8 +112,8 @@ def test_peft_adapter_config_and_vllm_v_copy(outputs):
 def test_peft_round_trip(lora_run):
     ckpt = merge.open_lora_checkpoint(lora_run)
     pairs = merge.read_lora(ckpt)
-    peft = peft_export.tunix_lora_to_peft(pairs, "tiny", {"rank": RANK}, vllm_kv_copy=False)
-    back = peft_export.lora_pairs(peft_export.peft_to_tunix_lora(peft, "tiny"))
+    peft = lora.tunix_lora_to_peft(pairs, "tiny", {"rank": RANK}, vllm_kv_copy=False)
+    back = lora.lora_pairs(lora.peft_to_tunix_lora(peft, "tiny"))
     assert [(p.layer, p.module) for p in back] == [(p.layer, p.module) for p in pairs]
     for p, q in zip(pairs, back, strict=True):
         assert np.array_equal(p.a, q.a) and np.array_equal(p.b, q.b), (p.layer, p.module)
@@ -221,10 +221,10 @@ def test_ensure_merged_is_cached(lora_run, tmp_path):
 
 
 def test_plan_shards_and_sizes():
-    ref = lambda n: shards.TensorRef(name="x", path=Path("f"), dtype="U8", shape=(n,), offset=0, nbytes=n)  # noqa: E731
-    groups = shards.plan_shards([shards.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
+    ref = lambda n: merge.TensorRef(name="x", path=Path("f"), dtype="U8", shape=(n,), offset=0, nbytes=n)  # noqa: E731
+    groups = merge.plan_shards([merge.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
     assert [[t.name for t in g] for g in groups] == [["0", "1"], ["2"], ["3"]]
-    assert shards.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert merge.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert merge._size("5GB") == 5 * 10**9 and merge._size("256KiB") == 256 * 1024
 
 
@@ -235,14 +235,14 @@ def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
 
     w = torch.randn(300, 40).to(torch.bfloat16)
     save_file({"w": w, "n": torch.ones(40, dtype=torch.bfloat16)}, str(tmp_path / "in.safetensors"))
-    refs, _ = shards.read_header(tmp_path / "in.safetensors")
+    refs, _ = merge.read_header(tmp_path / "in.safetensors")
     delta = np.random.default_rng(0).normal(0, 0.01, (300, 40)).astype(np.float32)
     def fn(block, start, scratch):
         block += delta[start:start + block.shape[0]]
 
     # block_bytes small enough that the update runs in several row blocks
-    shards.write_shard(tmp_path / "out.safetensors", [shards.OutTensor(name="w", src=refs["w"], update=fn),
-                                                       shards.OutTensor(name="n", src=refs["n"])],
+    merge.write_shard(tmp_path / "out.safetensors", [merge.OutTensor(name="w", src=refs["w"], update=fn),
+                                                       merge.OutTensor(name="n", src=refs["n"])],
                        {"format": "pt"}, block_bytes=4096)
     out = load_file(str(tmp_path / "out.safetensors"))
     want = (w.float().numpy() + delta).astype(ml_dtypes.bfloat16).astype(np.float32)
@@ -256,16 +256,16 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
     transformers weights (tiny is covered by the logit test): K = V global layers included."""
     from flax import nnx
 
-    from cookbook import loader, lora, models
+    from cookbook import lora, models
 
     p = models.get_preset(preset)
     model = lora.abstract_lora_model(p, lora.LoraConfig(rank=64, alpha=64.0))
-    pairs = peft_export.lora_pairs(nnx.state(model, nnx.LoRAParam))
-    peft_export.check_pairs_fit_preset(pairs, p, 64)
-    expected = loader.expected_hf_shapes(p, "model.")
+    pairs = lora.lora_pairs(nnx.state(model, nnx.LoRAParam))
+    lora.check_pairs_fit_preset(pairs, p, 64)
+    expected = models.expected_hf_shapes(p, "model.")
     covered = {}
     for pair in pairs:
-        for hf in peft_export.TUNIX_TO_HF[pair.module]:
+        for hf in lora.TUNIX_TO_HF[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
             covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge._hf_module_shape(pair, hf)

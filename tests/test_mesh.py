@@ -123,13 +123,13 @@ def test_rules_agree_with_the_tunix_parameter_shardings(name):
 
 
 def test_an_invalid_mesh_really_fails_to_load_and_a_valid_one_loads(tiny_base):
-    from cookbook import loader
+    from cookbook import models
 
     with pytest.raises(M.MeshError, match="global KV heads"):
         M.validate_mesh("tiny", 2, 4)
     with pytest.raises(ValueError, match="evenly divide"):  # what validate_mesh spares the user
-        loader.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(2, 4))
-    model = loader.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(4, 2))
+        models.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(2, 4))
+    model = models.load_tunix_model(tiny_base, "tiny", mesh=M.make_mesh(4, 2))
     w = model.layers[5].attn.k_einsum.w.get_value()
     assert {s.data.shape for s in w.addressable_shards} == {(1, 32, 64)}  # (K/tp, D/fsdp, H)
 

@@ -6,7 +6,7 @@ from nbutil import run_notebook
 
 @pytest.mark.slow
 def test_notebook_04_remat_and_plans(tmp_path):
-    from cookbook import plan
+    from cookbook import fit
 
     r = run_notebook("04_remat", tmp_path, REMAT_CHOICES="none,block,decoder", BATCH=4, SEQ_LEN=64, STEPS=2)
     trap = r["lora_trap"]
@@ -26,7 +26,7 @@ def test_notebook_04_remat_and_plans(tmp_path):
         assert dec["temp_bytes"] < none["temp_bytes"] and dec["flops_per_chip"] > none["flops_per_chip"]
         assert dec["activation_constraints"] > 0
 
-    assert r["recommended_31b"] == plan.recommended_training("gemma4_31b")
+    assert r["recommended_31b"] == fit.recommended_training("gemma4_31b")
     assert r["recommended_31b_hbm_fraction"] <= 0.8
     # the compute floor must lie above what the paper measured on v5p-8 (763 tokens/s)
     assert r["recommended_31b_floor_tokens_per_s"] > 763

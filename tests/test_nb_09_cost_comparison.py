@@ -9,7 +9,7 @@ import json
 import pytest
 from nbutil import REPO
 
-from cookbook import demo
+from cookbook import harness
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def nb09_run(tmp_path_factory):
     plan.write_text(json.dumps({"config": {"preset": "gemma4_31b", "slice_name": "v5p-8", "batch": 1,
                                            "seq_len": 4096, "remat": "decoder"},
                                 "compiles": True, "flops_per_chip": 228.5e12, "tokens_per_step": 4096}))
-    run_dir, rep = demo.run_demo(
+    run_dir, rep = harness.run_demo(
         notebooks_dir=REPO / "notebooks", runs_root=tmp / "runs", only=["09"],
         parameters={"PRICE_OVERRIDES": "tpu-v5p-8=12.0, tpu-v6e-8=25.0", "SERVING_HOURS": [2, 48],
                     "MAX_SERVING_HOURS": 96.0, "GPU_SERVE_THROUGHPUT_REL": 1.0,

@@ -1,11 +1,11 @@
-"""cookbook.plan: the tiny LoRA train step compiled for TPU v5p-8 and v6e-8, with no TPU."""
+"""cookbook.fit: the tiny LoRA train step compiled for TPU v5p-8 and v6e-8, with no TPU."""
 
 import dataclasses
 import json
 
 import pytest
 
-from cookbook import plan
+from cookbook import fit
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
 TINY = dict(preset="tiny", batch=4, seq_len=1024, lora_rank=8, lora_alpha=16.0)
@@ -14,10 +14,10 @@ TINY = dict(preset="tiny", batch=4, seq_len=1024, lora_rank=8, lora_alpha=16.0)
 @pytest.fixture(scope="module")
 def plans():
     return {
-        ("v5p-8", "none"): plan.plan(plan.PlanConfig(slice_name="v5p-8", remat="none", **TINY)),
-        ("v5p-8", "decoder"): plan.plan(plan.PlanConfig(slice_name="v5p-8", remat="decoder", **TINY)),
-        ("v6e-8", "decoder"): plan.plan(plan.PlanConfig(slice_name="v6e-8", remat="decoder", **TINY)),
-        ("v6e-8", "none"): plan.plan(plan.PlanConfig(slice_name="v6e-8", remat="none", **TINY)),
+        ("v5p-8", "none"): fit.plan(fit.PlanConfig(slice_name="v5p-8", remat="none", **TINY)),
+        ("v5p-8", "decoder"): fit.plan(fit.PlanConfig(slice_name="v5p-8", remat="decoder", **TINY)),
+        ("v6e-8", "decoder"): fit.plan(fit.PlanConfig(slice_name="v6e-8", remat="decoder", **TINY)),
+        ("v6e-8", "none"): fit.plan(fit.PlanConfig(slice_name="v6e-8", remat="none", **TINY)),
     }
 
 
@@ -55,40 +55,40 @@ def test_activation_sharding_needs_the_patch():
     from cookbook import models
 
     preset = models.get_preset("tiny").with_overrides(dtype="bfloat16")
-    mesh = mesh_lib.make_mesh(2, 2, devices=plan.tpu_devices("v5p-8"))
+    mesh = mesh_lib.make_mesh(2, 2, devices=fit.tpu_devices("v5p-8"))
     counts = {}
     for patch in (False, True):
-        config = plan.PlanConfig(slice_name="v5p-8", remat="none", patch_activation_sharding=patch, **TINY)
-        lowered, _ = plan.lower_train_step(config, mesh, preset)
-        counts[patch] = plan.count_sharding_constraints(lowered)
+        config = fit.PlanConfig(slice_name="v5p-8", remat="none", patch_activation_sharding=patch, **TINY)
+        lowered, _ = fit.lower_train_step(config, mesh, preset)
+        counts[patch] = fit.count_sharding_constraints(lowered)
     assert counts[False] == 0  # Tunix skips shard() in a process whose devices are CPUs
     assert counts[True] > 6  # at least one per layer
 
 
 def test_wrong_layouts_are_refused_before_compiling():
     with pytest.raises(ValueError, match="fsdp=4 does not divide batch = 2"):
-        plan.plan(plan.PlanConfig(preset="tiny", slice_name="v6e-8", fsdp=4, tp=2, batch=2, seq_len=64))
+        fit.plan(fit.PlanConfig(preset="tiny", slice_name="v6e-8", fsdp=4, tp=2, batch=2, seq_len=64))
     with pytest.raises(ValueError, match="tp=8 does not divide global KV heads = 4"):
-        plan.plan(plan.PlanConfig(preset="gemma4_31b", slice_name="v6e-8", fsdp=1, tp=8, batch=1))
+        fit.plan(fit.PlanConfig(preset="gemma4_31b", slice_name="v6e-8", fsdp=1, tp=8, batch=1))
     with pytest.raises(ValueError, match="multiple of block"):
-        plan.plan(plan.PlanConfig(preset="tiny", slice_name="v5p-8", flash=True, block=512, seq_len=768, batch=2))
+        fit.plan(fit.PlanConfig(preset="tiny", slice_name="v5p-8", flash=True, block=512, seq_len=768, batch=2))
     with pytest.raises(ValueError, match="unknown TPU slice"):
-        plan.tpu_devices("v9-8")
+        fit.tpu_devices("v9-8")
 
 
 def test_compile_failure_is_a_sentence_not_a_traceback():
-    report = plan.PlanReport(config=dataclasses.asdict(plan.PlanConfig()), compiles=False, error="CompileTimeScopedVmemOom: x")
+    report = fit.PlanReport(config=dataclasses.asdict(fit.PlanConfig()), compiles=False, error="CompileTimeScopedVmemOom: x")
     assert "does not compile for this slice: CompileTimeScopedVmemOom" in report.summary()
     assert not report.fits
     err = RuntimeError("INTERNAL: Mosaic failed\nRESOURCE_EXHAUSTED: Ran out of memory in memory space vmem\n  at ...")
-    assert plan._compiler_reason(err).startswith("RESOURCE_EXHAUSTED: Ran out of memory")
+    assert fit._compiler_reason(err).startswith("RESOURCE_EXHAUSTED: Ran out of memory")
 
 
 @pytest.mark.slow
 def test_cli_prints_the_plan(plans, capsys):
-    from cookbook import cli
+    from cookbook import harness
 
-    rc = cli.main(
+    rc = harness.main(
         ["plan", "--preset", "tiny", "--slice", "v5p-8", "--seq-len", "1024", "--batch", "4", "--remat", "decoder",
          "--rank", "8", "--alpha", "16"]
     )
@@ -99,12 +99,12 @@ def test_cli_prints_the_plan(plans, capsys):
 
 
 def test_recommended_training_matches_the_committed_31b_plans():
-    rec = plan.recommended_training("gemma4_31b")
+    rec = fit.recommended_training("gemma4_31b")
     assert set(rec) >= {"fsdp", "tp", "batch", "seq_len", "remat", "flash", "block"}
-    results = json.loads(plan.RESULTS_31B.read_text())
+    results = json.loads(fit.RESULTS_31B.read_text())
     chosen = results["recommended"][rec["slice"]]
     for key in ("fsdp", "tp", "batch", "seq_len", "remat", "flash", "block"):
         assert rec[key] == chosen[key], key
     assert chosen["hbm_fraction"] <= results["margin"]
-    tiny = plan.recommended_training("tiny")
+    tiny = fit.recommended_training("tiny")
     assert tiny["fsdp"] * tiny["tp"] == 1

@@ -1,15 +1,15 @@
-"""cookbook.remat: every choice compiles the same step, changes memory, never the loss."""
+"""cookbook.fit: every choice compiles the same step, changes memory, never the loss."""
 
 import pytest
 
-from cookbook import remat
+from cookbook import fit
 
 
 @pytest.fixture(scope="module")
 def lora_model(tiny_base):
-    from cookbook import loader, lora
+    from cookbook import lora, models
 
-    model = loader.load_tunix_model(tiny_base, "tiny")
+    model = models.load_tunix_model(tiny_base, "tiny")
     return lora.apply_lora(model, lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"), preset="tiny")
 
 
@@ -17,16 +17,16 @@ def test_remat_policy_swaps_nnx_remat_only_while_tracing():
     from flax import nnx
 
     original = nnx.remat
-    with remat.remat_policy("decoder_dots"):
+    with fit.remat_policy("decoder_dots"):
         assert nnx.remat is not original
         import jax
 
         assert nnx.remat.keywords["policy"] is jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     assert nnx.remat is original
-    with remat.remat_policy("decoder"):
+    with fit.remat_policy("decoder"):
         assert nnx.remat is original
     with pytest.raises(ValueError, match="not one of"):
-        remat.get_choice("everything")
+        fit.get_choice("everything")
 
 
 @pytest.mark.slow
@@ -34,7 +34,7 @@ def test_measure_remat_same_loss_and_recompute_flops(lora_model):
     from cookbook import lora
 
     choices = ("none", "decoder", "decoder_dots")
-    rows = {r.remat: r for r in remat.measure_remat(lora_model, choices=choices, batch=4, seq_len=64, steps=2)}
+    rows = {r.remat: r for r in fit.measure_remat(lora_model, choices=choices, batch=4, seq_len=64, steps=2)}
     assert set(rows) == set(choices)
     losses = [r.loss for r in rows.values()]
     # Remat changes memory and time, never the math: the same forward ops, so any difference
@@ -53,11 +53,11 @@ def test_measure_remat_same_loss_and_recompute_flops(lora_model):
 
 
 def test_lora_inside_remat_trap_is_caught(tiny_base):
-    from cookbook import loader, lora
+    from cookbook import lora, models
 
-    base = loader.load_tunix_model(tiny_base, "tiny")
+    base = models.load_tunix_model(tiny_base, "tiny")
     cfg = lora.LoraConfig(rank=4, alpha=8.0, targets="all-linear")
-    counts = remat.lora_count_under_remat(base, cfg, preset="tiny", remat="decoder")
+    counts = fit.lora_count_under_remat(base, cfg, preset="tiny", remat="decoder")
     assert counts["expected"] > 0
     assert counts["qwix_on_remat_model"] == 0  # Qwix's adapters vanish inside nnx.remat
     assert counts["cookbook_apply_lora"] == counts["expected"]

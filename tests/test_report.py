@@ -1,4 +1,4 @@
-"""cookbook.report: recorded values flow into report.md / report.html, by shape, per section.
+"""cookbook.harness: recorded values flow into report.md / report.html, by shape, per section.
 
 The fixture is a small set of recorded JSONs in the shapes the notebooks record (scalars,
 a loss curve, a memory table as rows, a dict of rows, a step/loss series). The values are
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from cookbook import cost, report
+from cookbook import cost, harness
 
 
 def _write(run, name, values, executed=True):
@@ -51,7 +51,7 @@ def run(tmp_path):
 
 def test_values_flow_into_every_section(run):
     run_dir, nbs = run
-    rep = report.write_report(run_dir, nbs)
+    rep = harness.write_report(run_dir, nbs)
     md = (run_dir / "report.md").read_text()
     status = {s.section.prefix: s.status for s in rep.sections}
     assert status == {"00": "ok", "01": "ok", "02": "not run", "03": "ok", "04": "ok", "05": "absent",
@@ -96,7 +96,7 @@ def test_values_flow_into_every_section(run):
 def test_highlights_come_first(run):
     run_dir, nbs = run
     _write(run_dir, "06_train", {"zz_other": 1, "steps": 200, "accuracy_after": 0.8125, "loss_final": 0.3})
-    md = report.write_report(run_dir, nbs).markdown
+    md = harness.write_report(run_dir, nbs).markdown
     part = md[md.index("## 06. "):]
     assert part.index("accuracy_after") < part.index("loss_final") < part.index("steps") < part.index("zz_other")
 
@@ -104,13 +104,13 @@ def test_highlights_come_first(run):
 def test_ran_but_recorded_nothing_is_an_error(run):
     run_dir, nbs = run
     (run_dir / "02_lora_naming.ipynb").write_text("{}")  # executed, no JSON
-    with pytest.raises(report.ReportError, match="02_lora_naming ran but recorded nothing"):
-        report.write_report(run_dir, nbs)
+    with pytest.raises(harness.ReportError, match="02_lora_naming ran but recorded nothing"):
+        harness.write_report(run_dir, nbs)
     assert "ERROR: recorded nothing" in (run_dir / "report.md").read_text()
     _write(run_dir, "02_lora_naming", {})  # an empty record is no better
-    with pytest.raises(report.ReportError, match="02_lora_naming ran but its record is empty"):
-        report.write_report(run_dir, nbs)
-    rep = report.write_report(run_dir, nbs, strict=False)
+    with pytest.raises(harness.ReportError, match="02_lora_naming ran but its record is empty"):
+        harness.write_report(run_dir, nbs)
+    rep = harness.write_report(run_dir, nbs, strict=False)
     assert len(rep.errors) == 1
 
 
@@ -118,7 +118,7 @@ def test_unknown_notebook_gets_a_generic_section(run):
     run_dir, nbs = run
     (nbs / "10_extra_step.ipynb").write_text("{}")
     _write(run_dir, "10_extra_step", {"answer": 42})
-    md = report.write_report(run_dir, nbs).markdown
+    md = harness.write_report(run_dir, nbs).markdown
     assert "## 10. Extra step" in md and "| answer | 42 |" in md
 
 
@@ -131,7 +131,7 @@ def test_training_loss_curve_read_from_the_run(run):
     lines += [{"name": "eval/loss", "step": s, "value": 5.5 / (1 + s)} for s in (0, 25, 45)]
     (train_run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     _write(run_dir, "06_train", {"run_dir": str(train_run), "base_accuracy": 0.0, "finetuned_accuracy": 0.875})
-    md = report.write_report(run_dir, nbs).markdown
+    md = harness.write_report(run_dir, nbs).markdown
     part = md[md.index("## 06. "):md.index("## 07. ")]
     assert "train/loss 6 → 0.1304 (10 points)" in part and "eval/loss 5.5 → 0.1196 (3 points)" in part
     assert "report_files/06_train_loss_curve.png" in part
@@ -150,7 +150,7 @@ def test_serving_bench_points_become_a_table_and_a_plot(run):
     bench = [point("vllm", 1, 72.5, 23.0), point("vllm", 16, 975.25, 148.0),
              point("transformers", 1, 66.5, 32.5), point("transformers", 16, 476.25, 230.0)]
     _write(run_dir, "08_serving", {"served_accuracy": 0.995, "bench": bench})
-    md = report.write_report(run_dir, nbs).markdown
+    md = harness.write_report(run_dir, nbs).markdown
     part = md[md.index("## 08. "):md.index("## 09. ")]
     assert "| served_accuracy | 0.995 |" in part
     assert "| vllm | 16 |  | 16/16 | 975.2 | 148 | 222 | 7.25 | 190.5 |" in part

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from cookbook import sample_task
+from cookbook import data
 
 PROMPT_RE = re.compile(r"Write a Verilog module named (\w+) that (\w+) two (\d+)-bit inputs\.")
 ANSWER_RE = re.compile(
@@ -13,62 +13,62 @@ ANSWER_RE = re.compile(
 
 
 def test_rows_are_deterministic_and_seeded():
-    a = sample_task.generate_rows("train", n=50, seed=0)
-    assert a == sample_task.generate_rows("train", n=50, seed=0)
-    assert a != sample_task.generate_rows("train", n=50, seed=1)
+    a = data.generate_rows("train", n=50, seed=0)
+    assert a == data.generate_rows("train", n=50, seed=0)
+    assert a != data.generate_rows("train", n=50, seed=1)
     # The eval stream does not depend on how many train rows were drawn.
-    assert sample_task.generate_rows("eval", n=20) == sample_task.generate_rows("eval")[:20]
+    assert data.generate_rows("eval", n=20) == data.generate_rows("eval")[:20]
 
 
 def test_default_sizes_and_distinct_rows():
-    train = sample_task.generate_rows("train")
-    evals = sample_task.generate_rows("eval")
+    train = data.generate_rows("train")
+    evals = data.generate_rows("eval")
     assert (len(train), len(evals)) == (3000, 200)
-    assert len({sample_task.prompt_of(r) for r in train}) == 3000
-    assert len({sample_task.prompt_of(r) for r in evals}) == 200
+    assert len({data.prompt_of(r) for r in train}) == 3000
+    assert len({data.prompt_of(r) for r in evals}) == 200
 
 
 def test_eval_names_are_held_out_but_their_pieces_are_seen():
-    train_names, eval_names = set(sample_task.module_names("train")), set(sample_task.module_names("eval"))
+    train_names, eval_names = set(data.module_names("train")), set(data.module_names("eval"))
     assert len(eval_names) == 32 and len(train_names) == 256 - 32
     assert not train_names & eval_names
     for name in eval_names:
         prefix, suffix = name.split("_")
         assert any(n.startswith(prefix + "_") for n in train_names)
         assert any(n.endswith("_" + suffix) for n in train_names)
-    used = {PROMPT_RE.fullmatch(sample_task.prompt_of(r)).group(1) for r in sample_task.generate_rows("eval")}
+    used = {PROMPT_RE.fullmatch(data.prompt_of(r)).group(1) for r in data.generate_rows("eval")}
     assert used <= eval_names
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_answer_follows_prompt(split):
-    for row in sample_task.generate_rows(split, n=300):
-        name, verb, width = PROMPT_RE.fullmatch(sample_task.prompt_of(row)).groups()
-        got = ANSWER_RE.fullmatch(sample_task.answer_of(row))
-        assert got is not None, sample_task.answer_of(row)
+    for row in data.generate_rows(split, n=300):
+        name, verb, width = PROMPT_RE.fullmatch(data.prompt_of(row)).groups()
+        got = ANSWER_RE.fullmatch(data.answer_of(row))
+        assert got is not None, data.answer_of(row)
         assert got.group(1) == name
         assert int(got.group(2)) == int(got.group(3)) == int(width) - 1
-        assert got.group(4) == sample_task.OPERATIONS[verb]
+        assert got.group(4) == data.OPERATIONS[verb]
 
 
 def test_exact_match_ignores_end_markers_only():
-    row = sample_task.generate_rows("eval", n=1)[0]
-    answer = sample_task.answer_of(row)
-    assert sample_task.exact_match(answer, row)
-    assert sample_task.exact_match(answer + "<turn|>", row)
-    assert sample_task.exact_match(answer + "<turn|>\n<|turn>user\nmore", row)
-    assert sample_task.exact_match("  " + answer + "\n<eos>", row)
-    assert not sample_task.exact_match(answer.replace("a ", "b ", 1), row)
-    assert not sample_task.exact_match(answer[:-1], row)
-    assert not sample_task.exact_match("", row)
-    other = sample_task.generate_rows("eval", n=2)[1]
-    assert sample_task.exact_match_rate([answer, answer], [row, other]) == 0.5
+    row = data.generate_rows("eval", n=1)[0]
+    answer = data.answer_of(row)
+    assert data.exact_match(answer, row)
+    assert data.exact_match(answer + "<turn|>", row)
+    assert data.exact_match(answer + "<turn|>\n<|turn>user\nmore", row)
+    assert data.exact_match("  " + answer + "\n<eos>", row)
+    assert not data.exact_match(answer.replace("a ", "b ", 1), row)
+    assert not data.exact_match(answer[:-1], row)
+    assert not data.exact_match("", row)
+    other = data.generate_rows("eval", n=2)[1]
+    assert data.exact_match_rate([answer, answer], [row, other]) == 0.5
     with pytest.raises(ValueError, match="completions"):
-        sample_task.exact_match_rate([answer], [row, other])
+        data.exact_match_rate([answer], [row, other])
 
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="split='test'"):
-        sample_task.generate_rows("test")
+        data.generate_rows("test")
     with pytest.raises(ValueError, match="unknown operation"):
-        sample_task.make_row("x_y", "divides", 8)
+        data.make_row("x_y", "divides", 8)

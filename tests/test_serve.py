@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import merge, sample_task, serve, serve_check, serve_tpu, train
+from cookbook import data, merge, serve, train
 
 
 @pytest.fixture(scope="module")
@@ -89,24 +89,24 @@ def test_zero_adapter_zeroes_only_lora_b(tmp_path):
 
 
 def test_tensor_parallel_size_follows_the_heads():
-    assert serve_tpu.tensor_parallel_size("gemma4_31b", 8) == 8  # the paper's v6e-8: 4 global KV heads x2
-    assert serve_tpu.tensor_parallel_size("gemma4_31b", 4) == 4
-    assert serve_tpu.tensor_parallel_size("gemma4_26b_a4b", 8) == 8
-    assert serve_tpu.tensor_parallel_size("tiny", 8) == 8
-    assert serve_tpu.tensor_parallel_size("gemma4_31b", 6) == 2  # 32 heads: 6 and 3 do not divide
+    assert serve.tensor_parallel_size("gemma4_31b", 8) == 8  # the paper's v6e-8: 4 global KV heads x2
+    assert serve.tensor_parallel_size("gemma4_31b", 4) == 4
+    assert serve.tensor_parallel_size("gemma4_26b_a4b", 8) == 8
+    assert serve.tensor_parallel_size("tiny", 8) == 8
+    assert serve.tensor_parallel_size("gemma4_31b", 6) == 2  # 32 heads: 6 and 3 do not divide
 
 
 @pytest.mark.slow
 def test_tpu_command_flags_pass_vllms_own_parser(tmp_path):
     cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog", max_model_len=4096,
                             api_key_env="MY_KEY")
-    argv = serve_tpu.tpu_command(cfg, "gemma4_31b", serve_tpu.TpuServeConfig(chips=8))
+    argv = serve.tpu_command(cfg, "gemma4_31b", serve.TpuServeConfig(chips=8))
     assert argv[:2] == ["docker", "run"] and f"{tmp_path.resolve()}:/models/model:ro" in argv
     assert "VLLM_API_KEY=${MY_KEY}" in argv  # the key is expanded by the shell, never written out
-    ns = serve_tpu.parse_tpu_args(argv[argv.index("serve") + 1:])
+    ns = serve.parse_tpu_args(argv[argv.index("serve") + 1:])
     assert (ns.tensor_parallel_size, ns.kv_cache_dtype, ns.max_model_len) == (8, "fp8", 4096)
     assert (ns.model, ns.host, ns.port, ns.served_model_name) == ("/models/model", "127.0.0.1", 8000, ["verilog"])
-    script = serve_tpu.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
+    script = serve.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "--tensor-parallel-size 8" in script.read_text()
 
@@ -133,19 +133,19 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     tokenizer = AutoTokenizer.from_pretrained(server.config.model_dir)
     rows = train.eval_rows(train.config_of_run(server.run_dir))[:48]
     client = server.client()
-    tuned = serve_check.served_exact_match(client, "verilog", tokenizer, rows)
-    base = serve_check.served_exact_match(client, "base", tokenizer, rows)
+    tuned = serve.served_exact_match(client, "verilog", tokenizer, rows)
+    base = serve.served_exact_match(client, "base", tokenizer, rows)
     assert tuned["accuracy"] >= 0.5, tuned["completions"][:3]
     assert base["accuracy"] <= 0.05
     # The adapter on the base equals transformers on the merged checkpoint, token for token.
     merged = merge.ensure_merged(server.run_dir, text_only=True)
-    prompts = [serve_check.data.prompt_ids(tokenizer, r) for r in rows[:3]]
-    budget = serve_check.answer_budget(tokenizer, rows)
-    parity = serve_check.compare_greedy(
-        serve_check.served_completions(client, "verilog", prompts, max_tokens=budget),
-        serve_check.hf_greedy(merged, prompts, max_new_tokens=budget))
+    prompts = [serve.data.prompt_ids(tokenizer, r) for r in rows[:3]]
+    budget = serve.answer_budget(tokenizer, rows)
+    parity = serve.compare_greedy(
+        serve.served_completions(client, "verilog", prompts, max_tokens=budget),
+        serve.hf_greedy(merged, prompts, max_new_tokens=budget))
     assert parity["all_equal"], parity["first_difference"]
-    assert sample_task.exact_match(tuned["completions"][0], rows[0]) == tuned["per_row"][0]
+    assert data.exact_match(tuned["completions"][0], rows[0]) == tuned["per_row"][0]
 
 
 @pytest.mark.slow
@@ -178,10 +178,10 @@ def _processes_mentioning(text: str) -> list[int]:
 
 
 def test_cli_prints_the_tpu_command(tmp_path, capsys):
-    from cookbook import cli
+    from cookbook import harness
 
-    assert cli.main(["serve", str(tmp_path), "--tpu", "--preset", "gemma4_31b", "--name", "v"]) == 0
+    assert harness.main(["serve", str(tmp_path), "--tpu", "--preset", "gemma4_31b", "--name", "v"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("docker run") and "--tensor-parallel-size 8" in out and "vllm/vllm-tpu" in out
-    assert cli.main(["serve", str(tmp_path / "missing")]) == 1  # clear error, no traceback
+    assert harness.main(["serve", str(tmp_path / "missing")]) == 1  # clear error, no traceback
     assert "does not exist" in capsys.readouterr().err

@@ -121,10 +121,10 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     assert arrays and any("lora_b" in k and np.abs(v).max() > 0 for k, v in arrays.items())
     from safetensors import safe_open
 
-    from cookbook import loader
+    from cookbook import models
 
     key = "model.language_model.layers.0.self_attn.q_proj.weight"
-    with safe_open(str(tiny_base / loader.read_checkpoint_index(tiny_base)[key]), "numpy") as f:
+    with safe_open(str(tiny_base / models.read_checkpoint_index(tiny_base)[key]), "numpy") as f:
         q_proj = f.get_tensor(key)  # (heads * head_dim, embed)
     p = model.config
     want = q_proj.reshape(p.num_heads, p.head_dim, p.embed_dim).transpose(0, 2, 1)
@@ -188,10 +188,10 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     assert json.loads(rerun.stdout.strip().splitlines()[-1])["final_step"] == 12
 
     # The same command, uninterrupted (in this process: the same code path as the CLI).
-    from cookbook import cli
+    from cookbook import harness
 
     straight = tmp_path / "straight"
-    args = cli.build_parser("train").parse_args(_cli_command(straight)[3:])
+    args = harness.build_parser("train").parse_args(_cli_command(straight)[3:])
     train.train(train.config_from_args(args), straight, progress=False)
 
     got = train.lora_arrays(train.restore_lora_model(killed))
@@ -209,14 +209,14 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
 
 
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
-    from cookbook import cli
+    from cookbook import harness
 
     with pytest.raises(SystemExit, match="FSDPxTP"):
-        args = cli.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
+        args = harness.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
         train.config_from_args(args)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n" * 5 + json.dumps({"prompt": "a", "completion": "b"}) + "\n")
-    rc = cli.main(["train", "--out", str(tmp_path / "run"), "--data", str(bad), "--max-steps", "2",
+    rc = harness.main(["train", "--out", str(tmp_path / "run"), "--data", str(bad), "--max-steps", "2",
                    "--warmup-steps", "0"])  # fmt: skip
     assert rc == 1
     err = capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Shared foundations: the tables and checks every stage reads, in one place each."""
+
+from cookbook.core import _compat as compat  # noqa: E402, F401  (compat.check() for its test)
+from cookbook.core._compat import (  # noqa: E402, F401
+    drop_scalar_listeners_except,
+    fast_abstract_tracing,
+    last_buffered_train_loss,
+    scalar_listeners,
+    tunix_activation_sharding,
+    tunix_loss_fn,
+)
+from cookbook.core._hardware import (  # noqa: F401
+    CHIPS,
+    PAPER,
+    PAPER_DATE,
+    PAPER_TRAINING_RUNS,
+    PLATFORMS,
+    PRICES,
+    PRICING_KINDS,
+    SLICES,
+    ChipSpec,
+    Platform,
+    Price,
+    SliceSpec,
+    UnknownPriceError,
+    chip_of,
+    cpu_slice,
+    get_price,
+    get_slice,
+    parse_price_overrides,
+    platform_of_slice,
+    price_table,
+)
+from cookbook.core._numerics import (  # noqa: F401
+    CONTROL_SEPARATION,
+    PARITY_FACTOR,
+    Float32Floor,
+    check_separated,
+    compare,
+    float32_floor,
+    merge_floors,
+    summation_bound,
+)
+from cookbook.core._runtime import (  # noqa: F401
+    DEFAULT_CACHE,
+    REPO_ROOT,
+    RESULTS_DIR,
+    cache_root,
+    on_tpu_host,
+    setup_runtime_env,
+    to_jsonable,
+)

@@ -1,0 +1,285 @@
+"""The hardware table: chips, TPU slices, rentable platforms and their prices, in one place.
+
+Chip figures are public datasheet numbers (../shared/REFERENCE.md, "Hardware figures").
+Prices are data: each has the date it was quoted and its source; one this project could
+not source is ``None`` ("unknown"), never a guess, and a user overrides any of them
+(``--price tpu-v5p-8=14.2``) instead of editing code. The mesh stage reads the slices, the
+planner the chips, the cost stage the prices; nothing else keeps a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+PAPER = "arXiv 2605.25645 (May 2026), Table of costs, on-demand list prices it used"
+PAPER_DATE = "2026-05"
+# The paper's measured training runs (Gemma 4 31B LoRA, 1,244 steps), per platform: hours,
+# tokens/s and millions of training tokens (9.2M / 9.4M, as its per-million figures imply;
+# they agree with tokens/s x hours to 0.3%).
+PAPER_TRAINING_RUNS: dict[str, dict[str, float]] = {
+    "tpu-v5p-8": {"train_hours": 3.34, "train_tokens_per_s": 763.0, "train_tokens_millions": 9.2},
+    "gpu-2xh100": {"train_hours": 5.39, "train_tokens_per_s": 486.0, "train_tokens_millions": 9.4},
+}
+
+
+# --------------------------------------------------------------------------------------
+# Hardware as data
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChipSpec:
+    """One accelerator chip (public datasheet figures)."""
+
+    name: str
+    device_kind: str  # what jax.Device.device_kind reports
+    bf16_flops: float  # peak dense bf16 FLOP/s
+    hbm_bytes: int
+    hbm_bytes_per_s: float
+
+
+CHIPS: dict[str, ChipSpec] = {
+    "v5p": ChipSpec(
+        name="v5p",
+        device_kind="TPU v5",
+        bf16_flops=459e12,
+        hbm_bytes=95 * 10**9,
+        hbm_bytes_per_s=2765e9,
+    ),
+    "v6e": ChipSpec(
+        name="v6e",
+        device_kind="TPU v6 lite",
+        bf16_flops=918e12,
+        hbm_bytes=32 * 10**9,
+        hbm_bytes_per_s=1640e9,
+    ),
+    "v5e": ChipSpec(
+        name="v5e",
+        device_kind="TPU v5 lite",
+        bf16_flops=197e12,
+        hbm_bytes=16 * 10**9,
+        hbm_bytes_per_s=819e9,
+    ),
+    "h100": ChipSpec(
+        name="h100",
+        device_kind="NVIDIA H100 80GB HBM3",
+        bf16_flops=989e12,
+        hbm_bytes=80 * 10**9,
+        hbm_bytes_per_s=3350e9,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SliceSpec:
+    """A Cloud TPU slice: its chips, how they are wired, and how many hosts drive them."""
+
+    name: str  # Cloud TPU accelerator type, e.g. "v5p-8" (v5p counts TensorCores: 2 per chip)
+    chip: ChipSpec
+    num_chips: int
+    topology: str  # for jax.experimental.topologies.get_topology_desc, e.g. "v5p:2x2x1"
+    num_hosts: int
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.chip.hbm_bytes * self.num_chips
+
+    @property
+    def bf16_flops(self) -> float:
+        return self.chip.bf16_flops * self.num_chips
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.num_chips // self.num_hosts
+
+    def describe(self) -> str:
+        c = self.chip
+        return (
+            f"{self.name}: {self.num_chips} x TPU {c.name} ({self.topology}, {self.num_hosts} host"
+            f"{'s' if self.num_hosts > 1 else ''}); per chip {c.hbm_bytes / 1e9:.0f} GB HBM at "
+            f"{c.hbm_bytes_per_s / 1e9:,.0f} GB/s, {c.bf16_flops / 1e12:.0f} TFLOP/s bf16; slice "
+            f"{self.hbm_bytes / 1e9:,.0f} GB, {self.bf16_flops / 1e15:.2f} PFLOP/s"
+        )
+
+
+def _slice(name: str, chip: str, chips: int, topology: str, hosts: int) -> SliceSpec:
+    return SliceSpec(name=name, chip=CHIPS[chip], num_chips=chips, topology=topology, num_hosts=hosts)
+
+
+SLICES: dict[str, SliceSpec] = {
+    s.name: s
+    for s in (
+        _slice("v5p-8", "v5p", 4, "v5p:2x2x1", 1),
+        _slice("v5p-16", "v5p", 8, "v5p:2x2x2", 2),
+        _slice("v5p-32", "v5p", 16, "v5p:2x2x4", 4),
+        _slice("v5p-64", "v5p", 32, "v5p:2x4x4", 8),
+        _slice("v5p-128", "v5p", 64, "v5p:4x4x4", 16),
+        _slice("v6e-4", "v6e", 4, "v6e:2x2", 1),
+        _slice("v6e-8", "v6e", 8, "v6e:2x4", 1),
+        _slice("v6e-16", "v6e", 16, "v6e:4x4", 4),
+        _slice("v6e-32", "v6e", 32, "v6e:4x8", 8),
+        _slice("v6e-64", "v6e", 64, "v6e:8x8", 16),
+        _slice("v6e-256", "v6e", 256, "v6e:16x16", 64),
+        _slice("v5e-8", "v5e", 8, "v5e:2x4", 1),
+        _slice("v5e-16", "v5e", 16, "v5e:4x4", 4),
+    )
+}
+
+
+def get_slice(name: str | SliceSpec) -> SliceSpec:
+    """A known slice by name (``"v5p-8"``), or the spec itself."""
+    if isinstance(name, SliceSpec):
+        return name
+    if name not in SLICES:
+        raise ValueError(f"unknown TPU slice {name!r}; known: {', '.join(SLICES)}")
+    return SLICES[name]
+
+
+def cpu_slice(num_devices: int) -> SliceSpec:
+    """This machine's (fake) CPU devices, described like a slice so the same code plans for it."""
+    return SliceSpec(
+        name=f"cpu-{num_devices}",
+        chip=ChipSpec(
+            name="cpu", device_kind="cpu", bf16_flops=0.0, hbm_bytes=0, hbm_bytes_per_s=0.0
+        ),
+        num_chips=num_devices,
+        topology=f"cpu:{num_devices}",
+        num_hosts=1,
+    )
+
+
+
+def chip_of(device_kind: str) -> str | None:
+    """``"TPU v6 lite"`` -> ``"v6e"``; None when the kind is not a known chip."""
+    kind = device_kind.lower()
+    for name, chip in CHIPS.items():
+        if kind == chip.device_kind.lower():
+            return name
+    for token, name in (("v6e", "v6e"), ("v5e", "v5e"), ("v5p", "v5p"), ("h100", "h100")):
+        if token in kind:
+            return name
+    return None
+
+
+# Pricing kinds, in the order a table shows them.
+PRICING_KINDS = ("on_demand", "spot", "cud_1y", "cud_3y")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Platform:
+    """A machine rented by the hour: a TPU slice (``tpu-<slice>``) or a GPU VM."""
+
+    name: str
+    description: str
+    chip: ChipSpec
+    chips: int
+
+    @property
+    def peak_bf16_tflops_per_chip(self) -> float:
+        return self.chip.bf16_flops / 1e12
+
+    @property
+    def hbm_gb_per_chip(self) -> float:
+        return self.chip.hbm_bytes / 1e9
+
+
+def platform_of_slice(slice_name: str | SliceSpec) -> str:
+    """The price-table name of a TPU slice: ``"v5p-8"`` -> ``"tpu-v5p-8"``."""
+    return f"tpu-{get_slice(slice_name).name}"
+
+
+PLATFORMS: dict[str, Platform] = {
+    **{platform_of_slice(s): Platform(name=platform_of_slice(s), chip=s.chip, chips=s.num_chips,
+                                      description=f"TPU {s.name} ({s.num_chips} chips)")
+       for s in SLICES.values()},
+    "gpu-2xh100": Platform(name="gpu-2xh100", description="2 x H100 80GB (a3-highgpu-2g)",
+                           chip=CHIPS["h100"], chips=2),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Price:
+    """One hourly price for a whole machine, with where and when it was quoted."""
+
+    platform: str
+    pricing: str  # one of PRICING_KINDS
+    usd_per_hour: float | None  # None: not sourced here ("unknown")
+    as_of: str
+    source: str
+
+    @property
+    def known(self) -> bool:
+        return self.usd_per_hour is not None
+
+
+_UNSOURCED_TPU = "unknown here (no browsing); see https://cloud.google.com/tpu/pricing"
+_UNSOURCED_GPU = "unknown here (no browsing); see https://cloud.google.com/compute/gpus-pricing"
+
+_SOURCED: tuple[Price, ...] = (
+    Price(platform="tpu-v5p-8", pricing="on_demand", usd_per_hour=16.80, as_of=PAPER_DATE, source=PAPER),
+    Price(platform="tpu-v6e-8", pricing="on_demand", usd_per_hour=21.52, as_of=PAPER_DATE, source=PAPER),
+    Price(platform="gpu-2xh100", pricing="on_demand", usd_per_hour=22.12, as_of=PAPER_DATE, source=PAPER),
+)
+# Every platform and pricing kind has a row: the sourced ones, the rest "unknown" (None).
+PRICES: tuple[Price, ...] = _SOURCED + tuple(
+    Price(platform=p, pricing=k, usd_per_hour=None, as_of="-",
+          source=_UNSOURCED_GPU if p.startswith("gpu") else _UNSOURCED_TPU)
+    for p in PLATFORMS for k in PRICING_KINDS
+    if not any(s.platform == p and s.pricing == k for s in _SOURCED)
+)
+
+
+class UnknownPriceError(ValueError):
+    """A price this project does not know and the user did not give."""
+
+
+def parse_price_overrides(items: Sequence[str]) -> dict[str, float]:
+    """``["tpu-v5p-8=14.2", "gpu-2xh100:spot=9.1"]`` -> ``{"tpu-v5p-8:on_demand": 14.2, ...}``."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        platform, _, pricing = key.strip().partition(":")
+        pricing = pricing or "on_demand"
+        if not sep or platform not in PLATFORMS or pricing not in PRICING_KINDS:
+            raise ValueError(
+                f"bad price override {item!r}: write PLATFORM[:PRICING]=USD_PER_HOUR with PLATFORM "
+                f"one of {', '.join(PLATFORMS)} and PRICING one of {', '.join(PRICING_KINDS)}"
+            )
+        try:
+            out[f"{platform}:{pricing}"] = float(value)
+        except ValueError:
+            raise ValueError(f"bad price override {item!r}: {value!r} is not a number of USD per hour") from None
+    return out
+
+
+def price_table(overrides: Mapping[str, float] | None = None) -> list[Price]:
+    """All prices, with the user's ``{"platform:pricing": usd}`` overrides applied and marked."""
+    overrides = dict(overrides or {})
+    for key in overrides:
+        platform, _, pricing = key.partition(":")
+        if platform not in PLATFORMS or (pricing or "on_demand") not in PRICING_KINDS:
+            raise ValueError(f"price override for unknown {key!r}; platforms: {', '.join(PLATFORMS)}")
+    overrides = {k if ":" in k else f"{k}:on_demand": v for k, v in overrides.items()}
+    table = []
+    for price in PRICES:
+        key = f"{price.platform}:{price.pricing}"
+        if key in overrides:
+            price = dataclasses.replace(price, usd_per_hour=float(overrides[key]),
+                                        as_of="user", source="given by the user")
+        table.append(price)
+    return table
+
+
+def get_price(platform: str, pricing: str = "on_demand",
+              overrides: Mapping[str, float] | None = None) -> Price:
+    """The price of ``platform`` under ``pricing``; raises when it is unknown and not given."""
+    for price in price_table(overrides):
+        if price.platform == platform and price.pricing == pricing:
+            if not price.known:
+                raise UnknownPriceError(
+                    f"the {pricing} price of {platform} is unknown here ({price.source}); "
+                    f"give it: --price {platform}:{pricing}=USD_PER_HOUR (CLI) or "
+                    f"overrides={{'{platform}:{pricing}': USD}} (Python)"
+                )
+            return price
+    raise ValueError(f"unknown platform {platform!r}; choose one of {', '.join(PLATFORMS)}")

@@ -1,0 +1,72 @@
+"""Where this process runs and where the cookbook keeps its artefacts: one home for each.
+
+Every entry point (CLI, notebooks, benchmarks, test helpers) asks these instead of
+checking ``/dev/accel0`` or reading ``COOKBOOK_CACHE`` on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The checkout this package runs from (notebooks/, benchmarks/results/ beside cookbook/).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Committed measurements and compiled plans that the package reads (the planner's
+# recommended layouts, merge and serving benchmarks).
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+
+# The cache root when $COOKBOOK_CACHE is not set: base checkpoints, training runs, merged
+# models, compiled plans, all under one directory.
+DEFAULT_CACHE = Path.home() / ".cache" / "gemma4-cookbook"
+
+
+def cache_root() -> Path:
+    """Where built artefacts are cached: ``$COOKBOOK_CACHE`` or ``~/.cache/gemma4-cookbook``."""
+    return Path(os.environ.get("COOKBOOK_CACHE", DEFAULT_CACHE))
+
+
+def on_tpu_host() -> bool:
+    """True on a TPU VM: TPU chips are attached (``/dev/accel*`` or VFIO devices).
+
+    A host with ``libtpu`` installed but no chips (this project's CI, for deviceless
+    compilation) is not a TPU host.
+    """
+    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+
+
+def setup_runtime_env() -> None:
+    """Defaults every entry point needs before JAX or vLLM is imported.
+
+    On a host without TPU chips, libtpu being installed (for deviceless compilation)
+    must not make JAX or vLLM pick the TPU backend.
+    """
+    if not on_tpu_host():
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` with numpy/JAX/torch scalars and arrays, paths and non-finite floats made JSON."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if hasattr(value, "dtype") and hasattr(value, "shape") and value.shape == ():
+        return to_jsonable(np.asarray(value).item())  # a JAX or torch scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return to_jsonable(value.to_dict())
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} as JSON; convert it first")

@@ -1,0 +1,35 @@
+"""Stage 05: rows to chat-templated tokens with answer-only loss masks, packing, batches; the sample task."""
+
+from cookbook.data._pipeline import (  # noqa: F401
+    BATCH_FIELDS,
+    DataConfig,
+    DataError,
+    iter_batches,
+    load_tokenizer,
+    make_train_iter,
+    measure_throughput,
+    model_inputs,
+    prepare_examples,
+    prompt_ids,
+    read_rows,
+    real_token_fraction,
+    render_with_vllm,
+    segment_attention_mask,
+    shard_batch,
+    to_messages,
+    tokenize_chat,
+    vllm_model_dir,
+)
+from cookbook.data._sample_task import (  # noqa: F401
+    OPERATIONS,
+    answer_of,
+    clean_completion,
+    exact_match,
+    exact_match_rate,
+    generate_rows,
+    make_row,
+    module_names,
+    prompt_of,
+    write_jsonl,
+    write_messy_jsonl,
+)

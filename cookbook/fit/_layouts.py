@@ -1,0 +1,62 @@
+"""The training layout the planner recommends per preset and slice: one table, read by everyone.
+
+``benchmarks/plan_31b.py`` compiles full-depth layouts for a TPU slice with no TPU and
+writes the raw reports and its pick per slice (fewest compiled FLOPs per trained token
+under :data:`SAFETY_MARGIN` of HBM, then the largest compiled batch) to
+``benchmarks/results/plan_<size>.json``. That file is the one home of the recommendation:
+``cookbook.train.train_preset`` builds its TPU recipes from it (so ``cookbook train
+--preset gemma4_31b`` runs the layout that was fit-checked), notebook 04 and ``cookbook
+plan --recommended`` show it, and the cost stage prices it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cookbook import core
+
+SAFETY_MARGIN = 0.80  # a plan "fits with margin" when the per-chip total is under 80% of HBM
+# Which committed planner file holds each real preset's compiles.
+PLAN_RESULTS = {"gemma4_31b": "plan_31b.json"}
+# The slice a preset trains on by default: the paper's training slice.
+DEFAULT_TRAINING_SLICE = {"gemma4_31b": "v5p-8"}
+LAYOUT_KEYS = ("slice", "fsdp", "tp", "batch", "seq_len", "remat", "flash", "block")
+
+
+def plan_results_path(preset_name: str) -> Path:
+    """``benchmarks/results/plan_<size>.json`` of a real preset (ValueError if there is none)."""
+    if preset_name not in PLAN_RESULTS:
+        raise ValueError(f"no committed planner results for preset {preset_name!r} (have: "
+                         f"{', '.join(PLAN_RESULTS)}); compile its layouts with `cookbook plan --preset "
+                         f"{preset_name} --slice SLICE` first")
+    return core.RESULTS_DIR / PLAN_RESULTS[preset_name]
+
+
+def load_plan_results(preset_name: str = "gemma4_31b") -> dict[str, Any]:
+    """The committed planner results of ``preset_name`` (no big compile in CI)."""
+    path = plan_results_path(preset_name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: it is committed with the repository; "
+                                "run from a checkout, or regenerate it with benchmarks/plan_31b.py")
+    return json.loads(path.read_text())
+
+
+def recommended_training(preset_name: str, slice_name: str | None = None) -> dict[str, Any]:
+    """The layout the planner recommends for training ``preset_name`` on ``slice_name``.
+
+    Keys: slice, fsdp, tp, batch (global, per micro-step), seq_len, remat, flash
+    (splash attention), block (its block size), plus what the pick was based on
+    (``from``: the compiled report's name, ``hbm_fraction``). ``slice_name=None``: the
+    preset's default training slice.
+    """
+    data = load_plan_results(preset_name)
+    recommended = data.get("recommended") or {}
+    slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or next(iter(recommended), None)
+    if slice_name not in recommended:
+        raise ValueError(f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
+                         f"(they cover: {', '.join(recommended) or 'none'})")
+    rec = recommended[slice_name]
+    return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS if k in rec},
+            "from": rec.get("from"), "hbm_fraction": rec.get("hbm_fraction")}

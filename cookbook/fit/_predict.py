@@ -1,0 +1,157 @@
+"""Predicted training speed from the planner's compiled FLOPs, labelled as a prediction.
+
+What the TPU compiler says one step costs (``cookbook plan``; committed results under
+``benchmarks/results/``) divided by the chips' bf16 peak at an assumed MFU. Read by the
+cost stage's predicted row and by the data stage's headroom check (is the host pipeline
+faster than the chips consume tokens?). An assumption, not a measurement, until someone
+runs it on a TPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cookbook import core
+from cookbook.fit._layouts import plan_results_path, recommended_training
+
+# Assumed model-FLOPs utilisation for a predicted speed: a guess, not a measurement, and
+# labelled so wherever it is used.
+DEFAULT_MFU = 0.40
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanFigures:
+    """What the planner's deviceless compile says about one train step on a slice."""
+
+    preset: str
+    platform: str
+    tflop_per_chip_per_step: float
+    tokens_per_step: int
+    peak_hbm_gib_per_chip: float | None = None
+    source: str
+
+
+def _is_plan_record(d: Any) -> bool:
+    return isinstance(d, dict) and ("flops_per_chip" in d or "tflop_per_chip_per_step" in d or "config" in d)
+
+
+def _plan_entries(data: Any) -> list[dict[str, Any]]:
+    """The plan records in a planner JSON: one record, a list or dict of them, or those under a key."""
+    if _is_plan_record(data):
+        return [data]
+    values = data if isinstance(data, list) else list(data.values()) if isinstance(data, dict) else []
+    records = [v for v in values if _is_plan_record(v)]
+    if records:
+        return records
+    for value in values:
+        if isinstance(value, list | dict):
+            entries = _plan_entries(value)
+            if entries:
+                return entries
+    return []
+
+
+def _entry_config(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {**entry, **(entry.get("config") or {})}
+
+
+def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_31b",
+                      slice_name: str = "v5p-8", prefer: Mapping[str, Any] | None = None) -> PlanFigures | None:
+    """The planner's compiled figures for ``preset`` on ``slice_name``, or None if absent.
+
+    Reads what ``cookbook plan --json`` / ``benchmarks/plan_31b.py`` write (``PlanReport``
+    records: ``flops_per_chip``, ``tokens_per_step``, ``config``). When the file holds
+    several configurations, takes the one the planner recommends for training
+    (``prefer``, default ``cookbook.fit.recommended_training(preset)``), else the
+    compiling one with the fewest FLOPs per token.
+    """
+    path = Path(path) if path else plan_results_path(preset)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    # benchmarks/plan_31b.py names its pick per slice: {"recommended": {slice: {"from": name}},
+    # "results": {name: record}}.
+    picked = ((data.get("recommended") or {}).get(slice_name) or {}).get("from") if isinstance(data, dict) else None
+    if picked and picked in (data.get("results") or {}) and prefer is None:
+        candidates = [data["results"][picked]]
+    else:
+        candidates = _plan_entries(data)
+    entries = [e for e in candidates
+               if e.get("compiles", True) and not e.get("crashed")
+               and not _entry_config(e).get("num_layers")  # reduced-depth experiments are not 31B
+               and _entry_config(e).get("preset", preset) == preset
+               and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name)))
+               .removeprefix("tpu-") == slice_name]
+    if not entries:
+        raise ValueError(f"{path}: no compiled plan for {preset} on {slice_name}; "
+                         f"run `cookbook plan --preset {preset} --slice {slice_name} --json {path}`")
+    want: Mapping[str, Any] = prefer or {}
+    if prefer is None:
+        try:
+            want = recommended_training(preset, slice_name)
+        except ValueError:  # no recommendation for this slice: the cheapest compiled plan
+            want = {}
+    keys = ("batch", "seq_len", "remat", "flash", "block")
+
+    def score(e: Mapping[str, Any]) -> tuple[int, float]:
+        c = _entry_config(e)
+        matches = sum(1 for k in keys if k in want and c.get(k) == want[k])
+        return (-matches, float(e.get("flops_per_token") or 0.0))
+
+    entry = min(entries, key=score)
+    c = _entry_config(entry)
+    if "flops_per_chip" in entry:
+        tflop = float(entry["flops_per_chip"]) / 1e12
+    elif "tflop_per_chip_per_step" in entry:
+        tflop = float(entry["tflop_per_chip_per_step"])
+    else:
+        raise ValueError(f"{path}: plan record has no flops_per_chip; keys: {', '.join(sorted(entry))}")
+    tokens = entry.get("tokens_per_step") or int(c["batch"]) * int(c["seq_len"])
+    total = entry.get("total_bytes")
+    layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
+    return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,
+                       tokens_per_step=int(tokens),
+                       peak_hbm_gib_per_chip=float(total) / 2**30 if total else None,
+                       source=f"cookbook plan (deviceless compile; {layout}), {path.name}")
+
+
+def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_fraction: float = 1.0,
+                    paper_tokens_per_s: float | None = None) -> dict[str, Any]:
+    """Tokens/s for ``plan``: step time = TFLOP per chip per step / (chip peak x MFU).
+
+    tokens/s = tokens per step x ``real_token_fraction`` (packing efficiency) / step time.
+    With ``paper_tokens_per_s``, also the MFU that measured speed would mean for this step.
+    """
+    if not 0 < mfu <= 1 or not 0 < real_token_fraction <= 1:
+        raise ValueError(f"mfu={mfu} and real_token_fraction={real_token_fraction} must lie in (0, 1]")
+    chip = core.PLATFORMS[plan.platform]
+    step_s = plan.tflop_per_chip_per_step / (chip.peak_bf16_tflops_per_chip * mfu)
+    implied = None if paper_tokens_per_s is None else (
+        paper_tokens_per_s * plan.tflop_per_chip_per_step / (plan.tokens_per_step * chip.peak_bf16_tflops_per_chip))
+    return {
+        "tokens_per_s": plan.tokens_per_step * real_token_fraction / step_s, "step_s": step_s,
+        "platform": plan.platform, "basis": plan.source, "paper_implied_mfu": implied,
+        "assumptions": [
+            f"{plan.tflop_per_chip_per_step:.1f} TFLOP per chip per step of {plan.tokens_per_step} tokens "
+            f"(compiled for {plan.platform}, no TPU used: {plan.source})",
+            f"MFU {mfu:.0%} of {chip.peak_bf16_tflops_per_chip:.0f} TFLOP/s bf16 peak per chip (assumed)",
+            f"{real_token_fraction:.0%} of each step's tokens are real (packing efficiency)",
+        ],
+    }
+
+
+def training_tokens_per_s(preset: str = "gemma4_31b", slice_name: str = "v5p-8") -> dict[str, Any]:
+    """Tokens/s the training chips consume: the planner's prediction when its output is on
+    disk, else the paper's measured 763 tokens/s."""
+    try:
+        plan = load_plan_figures(preset=preset, slice_name=slice_name)
+    except (ValueError, FileNotFoundError):
+        plan = None
+    if plan is None:
+        return {"tokens_per_s": core.PAPER_TRAINING_RUNS["tpu-v5p-8"]["train_tokens_per_s"], "basis": "paper's measured tokens/s (planner output not found)"}
+    speed = predicted_speed(plan)
+    return {"tokens_per_s": float(speed["tokens_per_s"]), "basis": str(speed["basis"])}

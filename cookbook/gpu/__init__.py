@@ -1,0 +1,17 @@
+"""Stage 06, section 8: the GPU recipe (TRL + PEFT + FSDP) with the TPU run's objective, and its parity check."""
+
+from cookbook.gpu._parity import (  # noqa: F401
+    CPU_OVERRIDES,
+    import_train_script,
+    run_parity,
+)
+from cookbook.gpu._recipe import (  # noqa: F401
+    GpuCluster,
+    derive_gpu_recipe,
+    gpu_batch_layout,
+    launch_command,
+    peft_target_regex,
+    summary,
+    write_gpu_recipe,
+)
+from cookbook.gpu._recipe import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001

@@ -1,0 +1,541 @@
+"""Check on CPU that the GPU recipe optimises the TPU run's objective: same loss, same AdamW steps.
+
+Both stacks start from the same base checkpoint (``cookbook.models.ensure_base``) and the
+same LoRA weights (Qwix's, copied into PEFT with ``cookbook.lora``), see the same
+micro-batches in the same order, and take the same AdamW steps:
+
+* Tunix + Qwix: ``cookbook.lora.apply_lora``, Tunix's ``PeftTrainer`` loss
+  (``tunix.sft.core.tunix_loss_fn()``) on ``cookbook.data`` batches, and its
+  update (``nnx.Optimizer`` over ``nnx.LoRAParam`` with ``optax.MultiSteps`` accumulation).
+* transformers + PEFT + TRL: the generated ``train_gpu.py`` itself (imported from the
+  recipe directory ``cookbook.gpu.write_gpu_recipe`` wrote), its ``SFTTrainer``,
+  ``compute_loss`` and ``train()``, with only CPU switches overridden (no bf16, no FSDP,
+  sequential sampling so the order is known).
+
+Nothing is mocked; what is compared is what each stack would run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cookbook import fit, models
+from cookbook import lora as lora_lib
+from cookbook.gpu import _recipe as gpu_baseline
+
+# What changes for a CPU run: precision, no FSDP launcher, nothing written, a known order.
+CPU_OVERRIDES: dict[str, Any] = {
+    "bf16": False,
+    "use_cpu": True,
+    "report_to": "none",
+    "save_strategy": "no",
+    "eval_strategy": "no",
+    "train_sampling_strategy": "sequential",
+    "gradient_checkpointing": False,
+    "dataloader_num_workers": 0,
+    "disable_tqdm": True,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParityResult:
+    """Losses and weights of the two stacks after the same steps."""
+
+    initial_loss_tunix: float
+    initial_loss_hf: float
+    step_losses_tunix: tuple[float, ...]
+    step_losses_hf: tuple[float, ...]
+    # Step 1's loss had every answer token of the step weighed equally (transformers'
+    # default) instead of each micro-batch: how far apart the two objectives are here.
+    first_step_loss_token_weighted: float
+    max_lora_weight_diff: float  # max |Tunix - PEFT| over every LoRA tensor after training
+    max_lora_weight_change: float  # max |after - before| (so the diff above is meaningful)
+    # ||Tunix - PEFT|| / ||Tunix update||: Adam's first steps move every weight by about
+    # +-lr whatever its gradient's size, so weights whose gradient is at float32 noise
+    # level may step apart; this norm says how much of the update that is.
+    rel_lora_update_diff: float
+    grad_rel_err: float  # ||grad Tunix - grad PEFT|| / ||grad Tunix|| at the start
+    # transformers' own float32 error on the first micro-batch (against the same PEFT model
+    # in float64): the floors the two comparisons above are bounded by.
+    loss_float32_floor: float  # mean |per-token loss float32 - float64| over answer tokens
+    grad_float32_floor: float  # ||grad float32 - grad float64|| / ||grad float64||
+    # Tunix against itself from weights perturbed by this relative noise: the same two
+    # measures, for scale.
+    control_rel_noise: float
+    control_max_step_loss_diff: float
+    control_rel_lora_update_diff: float
+    tokens_equal: bool  # train_gpu.py tokenised rows == cookbook.data.tokenize_chat
+    masks_equal: bool
+    num_answer_tokens: int
+    kv_lora_a_tied: int
+    loss_normalisation: str
+
+    @property
+    def initial_loss_diff(self) -> float:
+        return abs(self.initial_loss_tunix - self.initial_loss_hf)
+
+    @property
+    def max_step_loss_diff(self) -> float:
+        return max(abs(a - b) for a, b in zip(self.step_losses_tunix, self.step_losses_hf, strict=True))
+
+    @property
+    def token_weighting_effect(self) -> float:
+        return abs(self.first_step_loss_token_weighted - self.step_losses_tunix[0])
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(
+            initial_loss_diff=self.initial_loss_diff,
+            max_step_loss_diff=self.max_step_loss_diff,
+            token_weighting_effect=self.token_weighting_effect,
+        )
+        return d
+
+
+def import_train_script(recipe_dir: str | Path):
+    """Import the ``train_gpu.py`` written into ``recipe_dir`` (the file a GPU user runs)."""
+    path = Path(recipe_dir) / "train_gpu.py"
+    spec = importlib.util.spec_from_file_location(f"train_gpu_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tunix_optimizer(config: Any):
+    """The TPU run's optimizer: ``cookbook.train.make_optimizer``, with Tunix's
+    ``optax.MultiSteps`` accumulation (what ``PeftTrainer`` wraps it in)."""
+    import optax
+
+    from cookbook import train
+
+    opt = train.make_optimizer(config)
+    if config.grad_accum_steps > 1:
+        opt = optax.MultiSteps(opt, every_k_schedule=config.grad_accum_steps)
+    return opt
+
+
+def parity_train_config(**changes: Any):
+    """A small ``TrainConfig`` for the parity run: tiny, rank 8, 2 x 2 accumulation, 4 steps
+    (2 of warm-up), weight decay on, no dropout, padded rows of the sliding window's length."""
+    from cookbook import data as data_lib
+    from cookbook import train
+
+    cfg = train.TrainConfig(
+        model_preset="tiny",
+        lora=lora_lib.LoraConfig(rank=8, alpha=16.0, dropout=0.0),
+        data=data_lib.DataConfig(seq_len=64, batch_size=2, packing=False, seed=0),
+        max_steps=4,
+        warmup_steps=2,
+        learning_rate=3e-3,
+        weight_decay=0.1,
+        grad_accum_steps=2,
+    )
+    return cfg.replace(**changes) if changes else cfg
+
+
+def pad_batch(examples: list[tuple[np.ndarray, np.ndarray]], seq_len: int) -> dict[str, np.ndarray]:
+    """One example per row, padded to ``seq_len`` (``cookbook.data``'s padded layout)."""
+    b = len(examples)
+    out = {k: np.zeros((b, seq_len), np.int32) for k in ("input_tokens", "input_mask", "positions", "segment_ids")}
+    for i, (ids, mask) in enumerate(examples):
+        n = len(ids)
+        if n > seq_len:
+            raise ValueError(f"example {i} has {n} tokens, more than seq_len={seq_len}")
+        out["input_tokens"][i, :n] = ids
+        out["input_mask"][i, :n] = mask
+        out["positions"][i, :n] = np.arange(n)
+        out["segment_ids"][i, :n] = 1
+    return out
+
+
+def uneven_rows(n: int, *, seed: int = 0) -> list[dict]:
+    """``n`` sample-task rows; in the first half the answer is cut to its first line.
+
+    The sample task's answers all have the same length, so micro-batches would hold equal
+    numbers of answer tokens, and weighing micro-batches (Tunix) or tokens (transformers'
+    default) would give the same loss. With uneven answers they do not, and a recipe with
+    the wrong weighting fails the step-loss comparison.
+    """
+    from cookbook import data
+
+    rows = data.generate_rows("train", n=n, seed=seed)
+    out = []
+    for i, row in enumerate(rows):
+        messages = [dict(m) for m in row["messages"]]
+        if i < n // 2:
+            messages[-1]["content"] = messages[-1]["content"].strip().splitlines()[0]
+        out.append({"messages": messages})
+    return out
+
+
+def _tunix_lora_numpy(model) -> dict[str, np.ndarray]:
+    from flax import nnx
+
+    return {
+        "/".join(map(str, k)): np.asarray(v.get_value() if hasattr(v, "get_value") else v.value)
+        for k, v in nnx.state(model, nnx.LoRAParam).flat_state()
+    }
+
+
+def _peft_key(key: str) -> str:
+    """``...q_proj.lora_A.weight`` (adapter file) -> ``...q_proj.lora_A.default.weight`` (module)."""
+    return key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
+
+
+def copy_tunix_lora_into_peft(tunix_model, peft_model, preset: models.ModelPreset, lora: lora_lib.LoraConfig) -> int:
+    """Set every PEFT LoRA weight from the Tunix model's; returns how many tensors were set.
+
+    Raises if a PEFT LoRA weight is left without a Tunix counterpart.
+    """
+    import torch
+    from flax import nnx
+
+    tensors = lora_lib.tunix_lora_to_peft(
+        nnx.state(tunix_model, nnx.LoRAParam), preset, lora, layout="multimodal", vllm_kv_copy=False
+    )
+    params = dict(peft_model.named_parameters(remove_duplicate=False))
+    lora_names = {n for n in params if ".lora_A." in n or ".lora_B." in n}
+    done = set()
+    with torch.no_grad():
+        for key, value in tensors.items():
+            name = _peft_key(key)
+            if name not in params:
+                raise KeyError(f"PEFT model has no parameter {name} (from {key})")
+            params[name].copy_(torch.from_numpy(np.array(value, dtype=np.float32)))
+            done.add(name)
+    left = lora_names - done
+    if left:
+        raise ValueError(f"{len(left)} PEFT LoRA weights have no Tunix counterpart, e.g. {sorted(left)[:3]}")
+    return len(done)
+
+
+def _peft_as_tunix(peft_model, preset: models.ModelPreset, *, grads: bool = False,
+                   dtype=np.float32) -> dict[str, np.ndarray]:
+    """PEFT LoRA weights (or their gradients) in the Tunix layout, keyed like
+    ``_tunix_lora_numpy``."""
+    tensors = {}
+    for name, p in peft_model.named_parameters(remove_duplicate=False):
+        if ".lora_A." in name or ".lora_B." in name:
+            t = p.grad if grads else p
+            tensors[name.replace(".default.weight", ".weight")] = t.detach().numpy().astype(dtype)
+    state = lora_lib.peft_to_tunix_lora(tensors, preset)
+    flat: dict[str, np.ndarray] = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}/{k}" if prefix else str(k))
+        else:
+            flat[prefix] = np.asarray(node)
+
+    walk(state, "")
+    return flat
+
+
+def run_parity(**kwargs: Any) -> ParityResult:
+    """:func:`_run_parity` with torch on one thread (see ``torch_threads``)."""
+    import torch
+
+    threads = kwargs.pop("torch_threads", 1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _run_parity(**kwargs)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_parity(
+    *,
+    config: Any = None,
+    rows: list[dict] | None = None,
+    random_b_std: float = 0.05,
+    control_rel_noise: float = 1e-4,
+    seed: int = 0,
+    work_dir: str | Path | None = None,
+) -> ParityResult:
+    """Train both stacks for ``config.max_steps`` optimizer steps from the same state.
+
+    Args:
+      config: a ``cookbook.train.TrainConfig`` on a float32 CPU preset, without packing
+        and without LoRA dropout (the stacks draw different masks); default
+        :func:`parity_train_config`.
+      rows: chat rows (default: :func:`uneven_rows`), ``batch_size x grad_accum_steps``
+        of them, each no longer than ``data.seq_len`` tokens.
+      random_b_std: LoRA ``B`` starts at N(0, std) instead of 0, so the initial loss
+        already goes through every mapped LoRA tensor.
+      control_rel_noise: relative noise on the LoRA weights of the Tunix-vs-Tunix control.
+      work_dir: where the recipe is written (default: a temporary directory).
+      torch_threads: (``run_parity`` only) torch intra-op threads. One, by default: the
+        model is tiny, and on a busy 2-core machine two spinning OpenMP threads made
+        transformers' steps ~10x slower.
+    """
+
+    import jax
+    import torch
+    from flax import nnx
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cookbook import data, models
+
+    config = config if config is not None else parity_train_config(seed=seed)
+    p = models.get_preset(config.model_preset)
+    lora = config.lora
+    if lora.dropout:
+        raise ValueError("run_parity needs lora.dropout == 0: the two stacks draw different dropout masks")
+    if config.data.packing:
+        raise ValueError("run_parity compares padded batches: set data.packing=False")
+    micro_batch, seq_len = config.data.batch_size, config.data.seq_len
+    base_dir = models.ensure_base(p)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    n_rows = micro_batch * config.grad_accum_steps
+    if rows is None:
+        rows = uneven_rows(n_rows, seed=seed)
+    if len(rows) != n_rows:
+        raise ValueError(f"need exactly {n_rows} rows (micro-batch x accumulation), got {len(rows)}")
+
+    # --- Tunix + Qwix
+    tmodel = models.load_tunix_model(base_dir, p)
+    tmodel = lora_lib.apply_lora(tmodel, lora, preset=p, seed=config.seed)
+    if random_b_std:
+        rng = np.random.default_rng(seed + 7)
+        state = nnx.state(tmodel, nnx.LoRAParam)
+        pure = state.to_pure_dict()
+        _randomise_b(pure, rng, random_b_std)
+        nnx.replace_by_pure_dict(state, pure)
+        nnx.update(tmodel, state)
+    before = _tunix_lora_numpy(tmodel)
+
+    # --- transformers + PEFT + TRL, through the written train_gpu.py
+    tmp = None
+    if work_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="gpu-parity-")
+        work_dir = tmp.name
+    work_dir = Path(work_dir)
+    recipe = gpu_baseline.derive_gpu_recipe(
+        config, cluster=gpu_baseline.GpuCluster(num_gpus=1, bf16=False), base_model=str(base_dir)
+    )
+    gpu_baseline.write_gpu_recipe(work_dir / "recipe", recipe)
+    script = import_train_script(work_dir / "recipe")
+    torch.manual_seed(seed)
+    hf_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    trainer = script.build_trainer(
+        model_path=str(base_dir), model=hf_model, train_rows=rows, output_dir=work_dir / "run",
+        recipe_dir=work_dir / "recipe", sft_overrides=CPU_OVERRIDES,
+    )
+    tied = sum(
+        1 for n, m in trainer.model.named_modules()
+        if n.endswith("v_proj") and hasattr(m, "lora_A")
+        and m.lora_A["default"].weight is _sibling(trainer.model, n, "k_proj").lora_A["default"].weight
+    )
+    copy_tunix_lora_into_peft(tmodel, trainer.model, p, lora)
+
+    # --- the same tokens and answer masks on both sides
+    ours = [data.tokenize_chat(tokenizer, r) for r in rows]
+    theirs = list(trainer.train_dataset)
+    tokens_equal = all(list(a[0]) == list(t["input_ids"]) for a, t in zip(ours, theirs, strict=True))
+    labels_mask = [[int(x != -100) for x in t["labels"]] for t in theirs]
+    masks_equal = all(list(a[1]) == m for a, m in zip(ours, labels_mask, strict=True))
+    micro = [
+        pad_batch(ours[i : i + micro_batch], seq_len) for i in range(0, n_rows, micro_batch)
+    ]
+
+    # --- the same loss and gradients on the first micro-batch (the tied K/V lora_A
+    # collects both contributions, as Tunix's shared A does)
+    first = trainer.data_collator([dict(r) for r in theirs[:micro_batch]])
+    trainer.model.zero_grad()
+    trainer.model.eval()
+    first_loss_h = trainer.compute_loss(trainer.model, first)
+    first_loss_h.backward()
+    grads_h = _peft_as_tunix(trainer.model, p, grads=True)
+    trainer.model.zero_grad()
+    # The reference's own float32 error on this batch: the same PEFT model in float64.
+    model64 = _float64_twin(script, trainer.model, base_dir, work_dir / "recipe", seed)
+    nll64 = _answer_token_nll(model64, first)
+    nll64.mean().backward()  # the recipe's loss: the micro-batch's mean over answer tokens
+    grads64 = _peft_as_tunix(model64, p, grads=True, dtype=np.float64)
+    # A scalar loss is one sample of float32 noise (it can round the same way by luck); the
+    # per-token losses are hundreds: their mean float32 error bounds the mean loss's.
+    with torch.no_grad():
+        nll32 = _answer_token_nll(trainer.model, first)
+    loss_floor = float((nll32.double() - nll64.detach()).abs().mean())
+    grad_floor = _rel_norm({k: grads_h[k] - grads64[k] for k in grads64}, grads64)
+    del model64
+
+    # --- the same AdamW steps (the one compiled step: PeftTrainer's _train_step)
+    micro_step = fit.nnx_train_step()
+
+    start = nnx.state(tmodel, nnx.LoRAParam).to_pure_dict()
+
+    opt = nnx.Optimizer(tmodel, tunix_optimizer(config), wrt=nnx.LoRAParam)
+    fresh_opt = jax.tree.map(lambda x: x, nnx.state(opt, nnx.OptState).to_pure_dict())
+
+    def train_tunix():
+        opt_state = nnx.state(opt, nnx.OptState)
+        nnx.replace_by_pure_dict(opt_state, fresh_opt)  # same compiled step, state from zero
+        nnx.update(opt, opt_state)
+        losses, first = [], None
+        for _ in range(config.max_steps):
+            step = []
+            for b in micro:
+                loss, grads = micro_step(tmodel, opt, data.model_inputs(_as_jax(b)))
+                if first is None:
+                    first = (float(loss), {"/".join(map(str, k)): np.asarray(v.get_value())
+                                           for k, v in grads.flat_state()})  # fmt: skip
+                step.append(float(loss))
+            losses.append(step)
+        return losses, first
+
+    # Control: Tunix against itself, from LoRA weights perturbed by `control_rel_noise`
+    # (about the size of the two stacks' gradient disagreement): how far float-noise-sized
+    # differences carry through these Adam steps in one and the same stack.
+    _set_lora(tmodel, start, rng=np.random.default_rng(seed + 11), rel_noise=control_rel_noise)
+    control_losses, _ = train_tunix()
+    after_control = _tunix_lora_numpy(tmodel)
+    _set_lora(tmodel, start)
+    steps, (first_loss_t, grads_t) = train_tunix()
+    t_losses = [float(np.mean(x)) for x in steps]
+    counts = [int(b["input_mask"][:, 1:].sum()) for b in micro]
+    token_weighted = float(np.dot(steps[0], counts) / sum(counts))
+    control_t = [float(np.mean(x)) for x in control_losses]
+    grad_err = _rel_norm({k: grads_t[k] - grads_h[k] for k in grads_t}, grads_t)
+    trainer.model.train()
+    trainer.train()
+    h_losses = [h["loss"] for h in trainer.state.log_history if "loss" in h][: config.max_steps]
+
+    after_t = _tunix_lora_numpy(tmodel)
+    after_h = _peft_as_tunix(trainer.model, p)
+    diff = max(float(np.max(np.abs(after_t[k] - after_h[k]))) for k in after_t)
+    change = max(float(np.max(np.abs(after_t[k] - before[k]))) for k in after_t)
+    rel_diff = _rel_norm(
+        {k: after_t[k] - after_h[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
+    )
+    control_rel = _rel_norm(
+        {k: after_t[k] - after_control[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
+    )
+    if tmp is not None:
+        tmp.cleanup()
+    return ParityResult(
+        initial_loss_tunix=first_loss_t,
+        initial_loss_hf=float(first_loss_h.detach()),
+        step_losses_tunix=tuple(t_losses),
+        step_losses_hf=tuple(float(x) for x in h_losses),
+        first_step_loss_token_weighted=token_weighted,
+        max_lora_weight_diff=diff,
+        max_lora_weight_change=change,
+        rel_lora_update_diff=rel_diff,
+        grad_rel_err=grad_err,
+        loss_float32_floor=loss_floor,
+        grad_float32_floor=grad_floor,
+        control_rel_noise=control_rel_noise,
+        control_max_step_loss_diff=max(abs(a - b) for a, b in zip(t_losses, control_t, strict=True)),
+        control_rel_lora_update_diff=control_rel,
+        tokens_equal=tokens_equal,
+        masks_equal=masks_equal,
+        num_answer_tokens=int(sum(int(m.sum()) for _, m in ours)),
+        kv_lora_a_tied=tied,
+        loss_normalisation=recipe.loss_normalisation,
+    )
+
+
+def _float64_twin(script, peft_model, base_dir: Path, recipe_dir: Path, seed: int):
+    """The recipe's PEFT model again, in float64, with ``peft_model``'s LoRA weights.
+
+    Built from the base checkpoint, not copied: the trainer's model is wrapped so that its
+    outputs come back in float32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = script.load_recipe(recipe_dir)
+    twin = script.apply_lora(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64), cfg["lora"],
+                             cfg["recipe"], seed=seed)
+    src = dict(peft_model.named_parameters(remove_duplicate=False))
+    with torch.no_grad():
+        for name, param in twin.named_parameters(remove_duplicate=False):
+            if ".lora_" in name:
+                param.copy_(src[name].detach().double())
+    return twin.eval()
+
+
+def _answer_token_nll(model, batch):
+    """Negative log-likelihood of every answer token (labels != -100) of a collated batch."""
+    import torch
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+    labels = batch["labels"][:, 1:]
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    keep = labels != -100
+    return -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep]
+
+
+def _set_lora(model, pure: dict, *, rng: np.random.Generator | None = None, rel_noise: float = 0.0) -> None:
+    """Set the model's LoRA weights from a pure dict, optionally times (1 + noise)."""
+    from flax import nnx
+
+    def visit(node):
+        if isinstance(node, dict):
+            return {k: visit(v) for k, v in node.items()}
+        x = np.asarray(node)
+        if rng is not None and rel_noise:
+            x = (x * (1 + rel_noise * rng.standard_normal(x.shape))).astype(x.dtype)
+        return x
+
+    state = nnx.state(model, nnx.LoRAParam)
+    nnx.replace_by_pure_dict(state, visit(pure))
+    nnx.update(model, state)
+
+
+def _rel_norm(num: dict[str, np.ndarray], den: dict[str, np.ndarray]) -> float:
+    n = math.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in num.values()))
+    d = math.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in den.values()))
+    return n / max(d, 1e-30)
+
+
+def _as_jax(batch: dict[str, np.ndarray]) -> dict:
+    import jax.numpy as jnp
+
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def _sibling(model, name: str, leaf: str):
+    return model.get_submodule(name.rsplit(".", 1)[0] + "." + leaf)
+
+
+def _randomise_b(tree: dict, rng: np.random.Generator, std: float) -> None:
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            _randomise_b(v, rng, std)
+        elif str(k).endswith("_lora_b"):
+            tree[k] = (std * rng.standard_normal(np.shape(v))).astype(np.asarray(v).dtype)
+
+
+def describe(result: ParityResult) -> dict[str, Any]:
+    """A small table for notebooks: each check, its value and the floor its bound is derived from."""
+    return {
+        "loss, first micro-batch (Tunix / transformers)": f"{result.initial_loss_tunix:.6f} / {result.initial_loss_hf:.6f}",
+        "|loss diff|": f"{result.initial_loss_diff:.2e}",
+        "step losses Tunix": " ".join(f"{x:.5f}" for x in result.step_losses_tunix),
+        "step losses transformers": " ".join(f"{x:.5f}" for x in result.step_losses_hf),
+        "max |step loss diff|": f"{result.max_step_loss_diff:.2e}",
+        "step 1 loss if tokens were weighted over the step": f"{result.first_step_loss_token_weighted:.6f}",
+        "max |LoRA weight diff| after steps": f"{result.max_lora_weight_diff:.2e}",
+        "max |LoRA weight change|": f"{result.max_lora_weight_change:.2e}",
+        "||update diff|| / ||update||": f"{result.rel_lora_update_diff:.2e}",
+        "||grad diff|| / ||grad||": f"{result.grad_rel_err:.2e}",
+        "transformers' float32 floor: per-token loss, gradient (vs float64)":
+            f"{result.loss_float32_floor:.2e}, {result.grad_float32_floor:.2e} (bounds: 4x these)",
+        f"control: Tunix vs Tunix from weights x (1 + {result.control_rel_noise:g} noise)":
+            f"max |step loss diff| {result.control_max_step_loss_diff:.2e}, "
+            f"||update diff|| / ||update|| {result.control_rel_lora_update_diff:.2e}",
+        "same tokens / same answer mask": f"{result.tokens_equal} / {result.masks_equal}",
+        "loss normalisation": result.loss_normalisation,
+    }

@@ -1,0 +1,26 @@
+"""The harness: notebook records, the run report, the demo and the command line."""
+
+from cookbook.harness._cli import (  # noqa: F401
+    build_parser,
+    main,
+)
+from cookbook.harness._demo import (  # noqa: F401
+    REPO,
+    NotebookFailed,
+    list_notebooks,
+    parse_parameters,
+    run_demo,
+)
+from cookbook.harness._demo import register_cli as register_demo_cli  # noqa: E402, F401, I001
+from cookbook.harness._record import (  # noqa: F401
+    load_results,
+    parameter_form,
+    record,
+    work_dir,
+)
+from cookbook.harness._report import (  # noqa: F401
+    DEMO_LOG,
+    Report,
+    ReportError,
+    write_report,
+)

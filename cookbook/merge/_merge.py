@@ -1,0 +1,415 @@
+"""Merge a Tunix LoRA checkpoint (Orbax) into Hugging Face safetensors, streamed and atomic.
+
+Tunix's ``save_lora_merged_model_as_safetensors`` reads one ``model.safetensors`` into
+RAM and has no Gemma 4 mapping; at 31B that is 62.5 GB of host memory and a single file
+over the Hub's 50 GB limit. Here:
+
+* the LoRA tensors (and rank, alpha, preset recorded with them) are read straight from
+  the Orbax checkpoint, one decoder layer at a time, without building the model
+  (``cookbook.merge``);
+* the base is streamed through ``model.safetensors.index.json``: untouched tensors are
+  copied byte for byte, touched ones are updated in row blocks with
+  ``W + (A @ B) * alpha / rank`` in float32 and cast back (``cookbook.merge``), so memory
+  stays flat whatever the model size; output shards have a maximum size and an index;
+* everything is checked against the base before a byte is written, and written to a
+  temporary directory beside OUT that is renamed into place only when complete;
+* a text-only ``Gemma4ForCausalLM`` layout (what vLLM on CPU serves) and a PEFT adapter
+  (``cookbook.lora``) are offered besides the released multimodal layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from cookbook import core, models
+from cookbook import lora as lora_lib
+from cookbook.merge import _safetensors as shards
+from cookbook.merge._checkpoint import (
+    LoraCheckpoint,
+    find_step_dir,
+    open_lora_checkpoint,
+    read_lora,
+)
+
+__all__ = ["LoraCheckpoint", "find_step_dir", "open_lora_checkpoint", "read_lora", "merge_lora", "plan_merge",
+           "export_peft", "ensure_merged", "ensure_peft", "ensure_text_only_base", "MergeResult"]
+
+MERGE_FORMAT_VERSION = 1
+DEFAULT_MAX_SHARD_BYTES = 5 * 2**30  # like the released shards; the Hub's limit is 50 GB
+_COMPLETE = ".cookbook-complete.json"
+# Files of the multimodal processor that a text-only export must not advertise.
+_PROCESSOR_FILES = {"processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"}
+
+
+# --------------------------------------------------------------------------------------
+# Planning: every check happens here, before anything is written
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MergePlan:
+    preset: models.ModelPreset
+    prefix: str  # text decoder prefix in the base
+    tensors: list[shards.OutTensor]  # in output order, updates attached
+    touched: dict[str, tuple[int, str]]  # base key -> (layer, HF module)
+    metadata: dict[str, str]
+
+
+def _hf_module_shape(pair: lora_lib.LoraPair, hf: str) -> tuple[int, int]:
+    a_in = int(np.prod(pair.a.shape[:-1]))
+    b_shape = tuple(pair.b.shape)
+    out = int(np.prod(b_shape[2:] if pair.module == "attn.kv_einsum" else b_shape[1:]))
+    return (out, a_in)
+
+
+def _output_name(key: str, prefix: str, text_only: bool) -> str | None:
+    if not text_only:
+        return key
+    if key.startswith(prefix):
+        return "model." + key[len(prefix):]
+    if key == "lm_head.weight":
+        return key
+    return None  # vision / audio towers and their embedders
+
+
+def _order_key(name: str) -> tuple:
+    m = re.search(r"layers\.(\d+)\.", name)
+    return (1, int(m.group(1)), name) if m else ((0, 0, name) if "embed" in name else (2, 0, name))
+
+
+def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
+               preset: str | models.ModelPreset | None = None, text_only: bool = False) -> MergePlan:
+    """Check the checkpoint against the base and list the output tensors. Writes nothing.
+
+    ``ckpt=None`` plans a plain conversion (e.g. the text-only layout of the base itself).
+    """
+    name = preset or (ckpt.preset if ckpt is not None else None)
+    if name is None:
+        raise ValueError("Which preset is the base? The LoRA checkpoint records none; pass preset=/--preset")
+    p = models.get_preset(name)
+    prefix = models.check_checkpoint_matches(base_dir, p)  # shapes and layer count
+    pairs = list(ckpt.pairs) if ckpt is not None else []
+    if ckpt is not None:
+        lora_lib.check_pairs_fit_preset(pairs, p, ckpt.rank)
+    base_dir = Path(base_dir)
+    refs: dict[str, shards.TensorRef] = {}
+    metadata: dict[str, str] = {}
+    for shard in sorted(set(models.read_checkpoint_index(base_dir).values())):
+        tensors, metadata = shards.read_header(base_dir / shard)
+        refs.update(tensors)
+    touched: dict[str, tuple[int, str]] = {}
+    first_shared = p.num_layers - p.num_kv_shared_layers
+    for pair in pairs:
+        for hf in lora_lib.TUNIX_TO_HF[pair.module]:
+            if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
+                continue
+            key = f"{prefix}layers.{pair.layer}.{hf}.weight"
+            ref = refs.get(key)
+            if ref is None:
+                if pair.layer >= first_shared and hf.endswith(("k_proj", "v_proj")):
+                    continue  # KV-shared layer: transformers has no K/V weights there
+                raise ValueError(f"LoRA layers.{pair.layer}.{pair.module} updates {key}, which {base_dir} lacks")
+            want = _hf_module_shape(pair, hf)
+            if ref.shape != want:
+                raise ValueError(
+                    f"LoRA layers.{pair.layer}.{pair.module} gives a {want} update but {key} in "
+                    f"{base_dir} is {ref.shape}: the checkpoint was trained on another model"
+                )
+            if ref.dtype not in shards.FLOAT_CODES:
+                raise ValueError(f"{key} has dtype {ref.dtype}; only float weights can take a LoRA update")
+            touched[key] = (pair.layer, hf)
+    dtypes = {refs[k].dtype for k in touched}
+    if len(dtypes) > 1:
+        raise ValueError(f"{base_dir}: the weights LoRA updates mix dtypes {sorted(dtypes)}; expected one")
+    cfg = json.loads((base_dir / "config.json").read_text()) if (base_dir / "config.json").is_file() else {}
+    declared = (cfg.get("text_config") or cfg).get("dtype") or cfg.get("torch_dtype")
+    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+    if declared and dtypes and names[next(iter(dtypes))] != declared:
+        raise ValueError(f"{base_dir}: config.json declares dtype {declared!r} but the weights are "
+                         f"{names[next(iter(dtypes))]}; the checkpoint and its config disagree")
+    if ckpt is not None and ckpt.base_dir and Path(ckpt.base_dir).resolve() != base_dir.resolve():
+        warnings.warn(f"merging into {base_dir}, but the LoRA was trained on {ckpt.base_dir}; make sure "
+                      "they hold the same weights (shapes alone cannot tell)", stacklevel=3)
+    out = []
+    for key, ref in refs.items():
+        name = _output_name(key, prefix, text_only)
+        if name is not None:
+            out.append(shards.OutTensor(name=name, src=ref))
+    out.sort(key=lambda t: _order_key(t.name))
+    return MergePlan(preset=p, prefix=prefix, tensors=out, touched=touched, metadata=metadata or {"format": "pt"})
+
+
+# --------------------------------------------------------------------------------------
+# Writing
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MergeResult:
+    out_dir: Path
+    num_shards: int
+    merged_tensors: int
+    copied_tensors: int
+    bytes_written: int
+    seconds: float
+
+
+class _LayerLoRA:
+    """Row-block updates for touched tensors; holds one decoder layer's LoRA at a time."""
+
+    def __init__(self, ckpt: LoraCheckpoint):
+        self.ckpt = ckpt
+        self.scale = np.float32(ckpt.alpha / ckpt.rank)
+        self.layer: int | None = None
+        self.factors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def update_fn(self, layer: int, hf: str) -> shards.RowFn:
+        def update(block: np.ndarray, start: int, scratch: np.ndarray) -> None:
+            if self.layer != layer:
+                self.factors = {}
+                for pair in read_lora(self.ckpt, [layer]):
+                    for name, lora_a, lora_b in pair.peft_factors():
+                        # alpha / rank folded into B once: (B * s) @ A == (A @ B).T * s
+                        self.factors[name] = (lora_a.astype(np.float32), lora_b.astype(np.float32) * self.scale)
+                self.layer = layer
+            lora_a, lora_b = self.factors[hf]
+            delta = scratch.reshape(block.shape[0], -1)
+            np.matmul(lora_b[start:start + block.shape[0]], lora_a, out=delta)
+            np.add(block, delta.reshape(block.shape), out=block)
+
+        return update
+
+
+def _copy_side_files(base_dir: Path, tmp: Path, text_only: bool) -> None:
+    for src in sorted(base_dir.iterdir()):
+        name = src.name
+        if not src.is_file() or name.startswith(".") or name.endswith(".safetensors") \
+                or name == "model.safetensors.index.json" or (text_only and name in _PROCESSOR_FILES):
+            continue
+        if text_only and name == "config.json":
+            cfg = json.loads(src.read_text())
+            text = dict(cfg.get("text_config") or cfg)  # already text-only: keep it
+            text["architectures"] = ["Gemma4ForCausalLM"]
+            text["model_type"] = "gemma4_text"
+            for k in ("tie_word_embeddings", "transformers_version"):
+                if k in cfg:
+                    text.setdefault(k, cfg[k])
+            (tmp / name).write_text(json.dumps(text, indent=2, sort_keys=True) + "\n")
+        else:
+            shutil.copyfile(src, tmp / name)
+
+
+def _clean_stale_tmp(out: Path) -> None:
+    """Remove temporaries of earlier merges into ``out`` whose process is gone (killed)."""
+    for tmp in out.parent.glob(f".{out.name}.tmp-*"):
+        try:
+            pid = int((tmp / ".pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except (OSError, ValueError):
+            pass
+
+
+def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, out_dir: str | Path, *,
+               text_only: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+               overwrite: bool = False, preset: str | models.ModelPreset | None = None, progress: bool = True,
+               record: dict | None = None, workers: int = 2) -> MergeResult:
+    """Merge ``lora`` into ``base_dir``'s weights and write Hugging Face safetensors to ``out_dir``.
+
+    Args:
+      base_dir: the base checkpoint (released multimodal or text-only layout).
+      lora: a training run dir, its ``checkpoints`` dir, a step dir, or an opened checkpoint;
+        ``None`` converts the base alone (e.g. to the text-only layout vLLM on CPU needs
+        for serving the base with ``--enable-lora``).
+      out_dir: where the merged checkpoint goes; must not exist unless ``overwrite``.
+      text_only: write ``Gemma4ForCausalLM`` (keys ``model.layers.*``, text config).
+      max_shard_bytes: largest output shard (a larger single tensor gets its own shard).
+      preset: architecture name if the checkpoint did not record it.
+      record: extra fields for the completion record (cache keys).
+      workers: output shards written at once (memory: about 200 MB each).
+    """
+    t0 = time.perf_counter()
+    if lora is None or isinstance(lora, LoraCheckpoint):
+        ckpt = lora
+    else:
+        ckpt = open_lora_checkpoint(lora, preset=preset)
+    base_dir, out = Path(base_dir), Path(out_dir)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; refusing to overwrite it. Pass overwrite=True (--overwrite).")
+    plan = plan_merge(base_dir, ckpt, preset=preset, text_only=text_only)
+    groups = shards.plan_shards(plan.tensors, max_shard_bytes)
+    names = shards.shard_names(len(groups))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale_tmp(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (tmp / ".pid").write_text(str(os.getpid()))
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tqdm.auto import tqdm
+
+        total = sum(t.src.nbytes for t in plan.tensors)
+        with tqdm(total=total, unit="B", unit_scale=True, desc="merge", disable=not progress) as bar:
+
+            def write(name: str, group: list[shards.OutTensor]) -> None:
+                # Each shard has its own one-layer LoRA cache: shards are written in parallel.
+                if ckpt is not None:
+                    lora_cache = _LayerLoRA(ckpt)
+                    group = [dataclasses.replace(t, update=lora_cache.update_fn(*plan.touched[t.src.name]))
+                             if t.src.name in plan.touched else t for t in group]
+                shards.write_shard(tmp / name, group, plan.metadata, progress=bar.update)
+
+            # Two shards at a time: one copying (disk-bound) while another computes (CPU-bound).
+            with ThreadPoolExecutor(max(1, workers)) as pool:
+                for f in [pool.submit(write, n, g) for n, g in zip(names, groups, strict=True)]:
+                    f.result()
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {t.name: n for n, g in zip(names, groups, strict=True) for t in g}}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        _copy_side_files(base_dir, tmp, text_only)
+        done = {"version": MERGE_FORMAT_VERSION, "preset": plan.preset.name, "base_dir": str(base_dir),
+                "text_only": text_only, "max_shard_bytes": max_shard_bytes, **(record or {})}
+        if ckpt is not None:
+            done.update(lora_step_dir=str(ckpt.step_dir), step=ckpt.step, rank=ckpt.rank, alpha=ckpt.alpha)
+        (tmp / _COMPLETE).write_text(json.dumps(done, sort_keys=True))
+        (tmp / ".pid").unlink()
+        trash = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            out.rename(trash)  # overwrite=True: OUT is briefly absent, never half-written
+        tmp.rename(out)
+        shutil.rmtree(trash, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    merged = len(plan.touched)
+    return MergeResult(out_dir=out, num_shards=len(groups), merged_tensors=merged,
+                       copied_tensors=len(plan.tensors) - merged, bytes_written=total,
+                       seconds=time.perf_counter() - t0)
+
+
+def export_peft(lora: str | Path | LoraCheckpoint, out_dir: str | Path, *, layout: str = "text",
+                preset: str | None = None, base_model: str | None = None, overwrite: bool = False) -> Path:
+    """Write the unmerged adapter in PEFT format (float32), atomically, for peft and vLLM."""
+    ckpt = lora if isinstance(lora, LoraCheckpoint) else open_lora_checkpoint(lora, preset=preset)
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; refusing to overwrite it. Pass overwrite=True (--overwrite).")
+    tensors = lora_lib.tunix_lora_to_peft(read_lora(ckpt), preset or ckpt.preset or "", {"rank": ckpt.rank},
+                                             layout=layout, dtype=np.float32)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        lora_lib.write_peft_adapter(tmp, tensors, rank=ckpt.rank, alpha=ckpt.alpha, dropout=ckpt.dropout,
+                                       layout=layout, base_model=base_model or ckpt.base_dir)
+        (tmp / _COMPLETE).write_text(json.dumps({"lora_step_dir": str(ckpt.step_dir), "layout": layout}))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Cached artefacts for later notebooks
+def _cache_dir(ckpt: LoraCheckpoint, kind: str, options: dict) -> Path:
+    key = hashlib.sha256(json.dumps({"ckpt": str(ckpt.step_dir.resolve()), "commit": ckpt.commit_ns,
+                                     "v": MERGE_FORMAT_VERSION, **options}, sort_keys=True).encode()).hexdigest()[:10]
+    root = ckpt.run_dir if ckpt.run_dir is not None else core.cache_root() / "merged"
+    return root / "merged" / f"step{ckpt.step}-{kind}-{key}"
+
+
+def ensure_merged(run_dir: str | Path, *, text_only: bool = False, step: int | None = None,
+                  base_dir: str | Path | None = None, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                  progress: bool = True) -> Path:
+    """The merged checkpoint of a training run, merged once and cached under the run dir."""
+    ckpt = open_lora_checkpoint(run_dir, step=step)
+    base_dir = Path(base_dir or ckpt.base_dir or models.ensure_base(ckpt.preset or "tiny"))
+    out = _cache_dir(ckpt, "text" if text_only else "multimodal",
+                     {"text_only": text_only, "max_shard_bytes": max_shard_bytes, "base": str(base_dir)})
+    if models.is_complete(out):
+        return out
+    merge_lora(base_dir, ckpt, out, text_only=text_only, max_shard_bytes=max_shard_bytes,
+               overwrite=out.exists(), progress=progress)
+    return out
+
+
+def ensure_text_only_base(base_dir: str | Path, preset: str | models.ModelPreset) -> Path:
+    """The base checkpoint in the text-only ``Gemma4ForCausalLM`` layout, converted once."""
+    p = models.get_preset(preset)
+    base_dir = Path(base_dir)
+    if not any(k.startswith("model.language_model.") for k in models.read_checkpoint_index(base_dir)):
+        return base_dir  # already text-only
+    key = hashlib.sha256(f"{base_dir.resolve()}|{MERGE_FORMAT_VERSION}".encode()).hexdigest()[:10]
+    out = core.cache_root() / "text_only" / f"{base_dir.name}-{key}"
+    if not models.is_complete(out):
+        merge_lora(base_dir, None, out, text_only=True, preset=p.name, overwrite=out.exists(), progress=False)
+    return out
+
+
+def ensure_peft(run_dir: str | Path, *, layout: str = "text", step: int | None = None) -> Path:
+    """The run's PEFT adapter, exported once and cached under the run dir."""
+    ckpt = open_lora_checkpoint(run_dir, step=step)
+    out = _cache_dir(ckpt, f"peft-{layout}", {"layout": layout})
+    if models.is_complete(out):
+        return out
+    return export_peft(ckpt, out, layout=layout, overwrite=out.exists())
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+def _size(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?", text.strip(), re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MiB or 1048576")
+    unit = (m.group(2) or "").upper().rstrip("B")
+    mult = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+            "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+    return int(float(m.group(1)) * mult)
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser(
+        "merge", help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fold a Tunix LoRA checkpoint (Orbax) into the base's safetensors, shard by shard, "
+                    "with flat memory; written beside OUT and renamed into place when complete.\n\n"
+                    "examples:\n"
+                    "  cookbook merge --lora RUN_DIR --out merged/             # released multimodal layout\n"
+                    "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
+                    "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite")
+    p.add_argument("--lora", required=True, help="training run dir, its checkpoints dir, or a step dir")
+    p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
+    p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
+    p.add_argument("--step", type=int, help="checkpoint step (default: latest)")
+    p.add_argument("--text-only", action="store_true", help="write Gemma4ForCausalLM (what vLLM on CPU serves)")
+    p.add_argument("--max-shard-size", type=_size, default=DEFAULT_MAX_SHARD_BYTES, help="e.g. 5GB (default 5GiB)")
+    p.add_argument("--peft-out", help="also write the unmerged adapter in PEFT format here")
+    p.add_argument("--peft-layout", choices=sorted(lora_lib.LAYOUT_PREFIX), default="text")
+    p.add_argument("--preset", help="architecture, if the checkpoint did not record it")
+    p.add_argument("--alpha", type=float, help="LoRA alpha, if the checkpoint did not record it")
+    p.add_argument("--overwrite", action="store_true", help="replace --out (and --peft-out) if they exist")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    ckpt = open_lora_checkpoint(args.lora, step=args.step, preset=args.preset, alpha=args.alpha)
+    base_dir = args.base or ckpt.base_dir
+    if base_dir is None:
+        raise SystemExit("cookbook merge: no --base given and the checkpoint records no base dir")
+    r = merge_lora(base_dir, ckpt, args.out, text_only=args.text_only, max_shard_bytes=args.max_shard_size,
+                   overwrite=args.overwrite, preset=args.preset)
+    print(f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "
+          f"in {r.num_shards} shard(s), {r.seconds:.1f} s -> {r.out_dir}")
+    if args.peft_out:
+        print("PEFT adapter ->", export_peft(ckpt, args.peft_out, layout=args.peft_layout, preset=args.preset,
+                                             overwrite=args.overwrite))
+    return 0

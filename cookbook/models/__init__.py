@@ -1,0 +1,44 @@
+"""Stage 00: Gemma 4 presets, the tokenizer, base checkpoints, the Tunix loader and parity checks."""
+
+from cookbook.models._base import (  # noqa: F401
+    ensure_base,
+    fingerprint,
+    is_complete,
+)
+from cookbook.models._base import register_cli as register_base_cli  # noqa: E402, F401, I001
+from cookbook.models._loader import (  # noqa: F401
+    check_checkpoint_matches,
+    expected_hf_shapes,
+    load_tunix_model,
+    read_checkpoint_index,
+    text_prefix,
+)
+from cookbook.models._parity import (  # noqa: F401
+    generate,
+    logit_parity,
+    transformers_logits,
+    tunix_logits,
+)
+from cookbook.models._presets import (  # noqa: F401
+    PRESETS,
+    ModelPreset,
+    describe,
+    gemma4_31b,
+    get_preset,
+    small,
+    tiny,
+)
+from cookbook.models._remat import (  # noqa: F401
+    REMAT_CHOICES,
+    RematChoice,
+    get_remat_choice,
+    remat_policy,
+    set_remat,
+    tunix_configs,
+)
+from cookbook.models._tokenizer import (  # noqa: F401
+    SPECIAL_TOKEN_IDS,
+    SPECIAL_TOKENS,
+    save_tokenizer,
+    stop_token_ids,
+)

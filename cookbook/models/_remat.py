@@ -1,0 +1,93 @@
+"""Rematerialisation choices of the Tunix Gemma 4 model: the one table, and how to switch them.
+
+Tunix's Gemma 4 offers three (``RematConfig``): ``none`` keeps every activation for the
+backward pass; ``block`` wraps the attention block and the MLP separately in
+``nnx.remat``; ``decoder`` wraps each whole decoder layer. One more is added here that
+Tunix does not expose, ``decoder_dots``: per-decoder remat that *saves* the outputs of the
+weight matmuls (``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``, MaxText's
+"minimal" policy) and recomputes attention scores and elementwise work only. Its policy
+reaches Tunix's ``nnx.remat`` calls through :func:`remat_policy` while a step is traced.
+
+Every place that names a remat choice (LoRA application, the train config, the planner and
+its CLI, notebook 04) reads :data:`REMAT_CHOICES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RematChoice:
+    name: str
+    tunix: str  # Tunix RematConfig member: "none" | "block" | "decoder"
+    policy: str | None  # jax.checkpoint_policies attribute; None: save nothing inside
+    saves: str  # what the backward pass finds stored
+
+
+REMAT_CHOICES: dict[str, RematChoice] = {
+    c.name: c
+    for c in (
+        RematChoice(name="none", tunix="none", policy=None, saves="every activation"),
+        RematChoice(name="block", tunix="block", policy=None, saves="inputs of each attention block and MLP"),
+        RematChoice(name="decoder", tunix="decoder", policy=None, saves="the input of each decoder layer"),
+        RematChoice(name="decoder_dots", tunix="decoder", policy="dots_with_no_batch_dims_saveable",
+                    saves="decoder inputs and every weight-matmul output (attention scores recomputed)"),
+    )
+}
+
+
+def get_remat_choice(name: str) -> RematChoice:
+    if name not in REMAT_CHOICES:
+        raise ValueError(f"remat={name!r} is not one of {list(REMAT_CHOICES)}")
+    return REMAT_CHOICES[name]
+
+
+def tunix_configs(model) -> list[Any]:
+    """Distinct Tunix ``ModelConfig`` objects referenced by the model's modules."""
+    seen: dict[int, Any] = {}
+    for _, module in model.iter_modules():
+        cfg = getattr(module, "config", None)
+        if cfg is not None and hasattr(cfg, "remat_config"):
+            seen.setdefault(id(cfg), cfg)
+    return list(seen.values())
+
+
+def set_remat(model, name: str) -> None:
+    """Switch a built Tunix model to remat choice ``name`` (its ``RematConfig`` part).
+
+    The policy of ``decoder_dots`` applies while a step is traced inside
+    :func:`remat_policy`.
+    """
+    from tunix.models.gemma4 import model as gemma4
+
+    member = getattr(gemma4.RematConfig, get_remat_choice(name).tunix.upper())
+    for cfg in tunix_configs(model):
+        cfg.remat_config = member
+
+
+@contextlib.contextmanager
+def remat_policy(name: str) -> Iterator[None]:
+    """While tracing, give Tunix's ``nnx.remat`` calls the policy of choice ``name``.
+
+    Tunix calls ``nnx.remat(fn, graph_updates=False)`` on every forward pass, with no way
+    to pass a policy; this swaps ``flax.nnx.remat`` for a partial with the policy for the
+    duration of the trace (a no-op for choices without a policy).
+    """
+    choice = get_remat_choice(name)
+    if choice.policy is None:
+        yield
+        return
+    import jax
+    from flax import nnx
+
+    original = nnx.remat
+    nnx.remat = functools.partial(original, policy=getattr(jax.checkpoint_policies, choice.policy))
+    try:
+        yield
+    finally:
+        nnx.remat = original

