@@ -93,7 +93,7 @@ def test_predicted_row_from_plan_figures(tmp_path):
     assert fit.load_plan_figures(bench_json).tflop_per_chip_per_step == pytest.approx(189.7)
     assert fit.load_plan_figures(bench_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
     plan = fit.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
-    assert plan.tflop_per_chip_per_step == pytest.approx(228.5) and "flash True" in plan.source
+    assert plan.tflop_per_chip_per_step == pytest.approx(228.5) and "flash_attention True" in plan.source
     assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
     row = cost.predict_training(plan, mfu=0.4)
     step_s = 228.5 / (459 * 0.4)

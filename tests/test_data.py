@@ -80,13 +80,13 @@ def test_multi_turn_masks_every_answer(tok):
 @pytest.mark.slow
 def test_vllm_renders_the_same_prompt(tok, tiny_base):
     """vLLM's own template resolution and rendering give the tokens we train on."""
-    from cookbook import merge
+    from cookbook import merge, serve
 
     served_dir = merge.ensure_text_only_base(tiny_base, "tiny")  # what vLLM on CPU serves
     for row in data.generate_rows("eval", n=3):
-        served = data.render_with_vllm(served_dir, row["messages"][:1])
+        served = serve.render_with_vllm(served_dir, row["messages"][:1])
         assert served == data.prompt_ids(tok, row)
-    text = data.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
+    text = serve.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
     assert text == tok.apply_chat_template(row["messages"], tokenize=False)
     ids, mask = data.tokenize_chat(tok, row)
     assert tok.decode(ids) == text

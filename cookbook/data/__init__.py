@@ -1,24 +1,35 @@
-"""Stage 05: rows to chat-templated tokens with answer-only loss masks, packing, batches; the sample task."""
+"""Stage 05: rows to chat-templated tokens with answer-only loss masks, packing, batches; the sample task.
 
+Rows are read and checked (``_rows``), rendered with the tokenizer's own Gemma 4 chat
+template with the loss on the answer only (``_tokenize``), and batched with static shapes,
+padded or packed, by Grain, each JAX process reading its own slice, into global arrays
+sharded on the mesh's data axis (``_pipeline``). A batch is Tunix ``TrainingInput``'s
+``input_tokens`` and ``input_mask`` plus ``positions`` and ``segment_ids``;
+:func:`model_inputs` turns it into the arguments of Tunix's loss. The built-in Verilog
+sample task is ``_sample_task``.
+"""
+
+from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
 from cookbook.data._pipeline import (  # noqa: F401
-    BATCH_FIELDS,
-    DataConfig,
-    DataError,
+    TrainIterator,
+    build_dataset,
     iter_batches,
-    load_tokenizer,
     make_train_iter,
     measure_throughput,
     model_inputs,
-    prepare_examples,
-    prompt_ids,
-    read_rows,
     real_token_fraction,
-    render_with_vllm,
     segment_attention_mask,
     shard_batch,
+)
+from cookbook.data._rows import (  # noqa: F401
+    ANSWER_ROLES,
+    KNOWN_ROLES,
+    DataError,
+    DataReport,
+    RowError,
+    RowProblem,
+    read_rows,
     to_messages,
-    tokenize_chat,
-    vllm_model_dir,
 )
 from cookbook.data._sample_task import (  # noqa: F401
     OPERATIONS,
@@ -32,4 +43,11 @@ from cookbook.data._sample_task import (  # noqa: F401
     prompt_of,
     write_jsonl,
     write_messy_jsonl,
+)
+from cookbook.data._tokenize import (  # noqa: F401
+    Example,
+    load_tokenizer,
+    prepare_examples,
+    prompt_ids,
+    tokenize_chat,
 )

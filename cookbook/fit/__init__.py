@@ -1,32 +1,40 @@
-"""Stages 03-04: sharding after LoRA, rematerialisation, and the TPU fit check (the planner)."""
+"""Stages 03-04: sharding after LoRA, rematerialisation, and the TPU fit check (the planner).
 
-from cookbook.fit._layouts import (  # noqa: E402, F401, I001
+Notebook 03 calls the sharding functions, notebook 04 the remat measurement and the
+planner; ``cookbook plan`` is the planner's command line.
+"""
+
+from cookbook.fit._layouts import (  # noqa: F401
+    DEFAULT_MFU,
+    LAYOUT_KEYS,
     SAFETY_MARGIN,
     load_plan_results,
     plan_results_path,
     recommended_training,
 )
 from cookbook.fit._plan import (  # noqa: F401
-    PlanConfig,
-    PlanReport,
+    abstract_lora_model,
+    check_config,
+    chip_figures,
+    compiler_reason,
+    compiler_versions,
     count_sharding_constraints,
-    format_reports,
     lower_train_step,
     plan,
-    plot_reports,
-    report_from_dict,
-    report_row,
+    preset_for,
     tpu_devices,
 )
-from cookbook.fit._plan import register_cli as register_plan_cli  # noqa: E402, F401, I001
-from cookbook.fit._predict import (  # noqa: E402, F401, I001
-    DEFAULT_MFU,
+from cookbook.fit._plan_cli import register_cli as register_plan_cli  # noqa: F401
+from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict  # noqa: F401
+from cookbook.fit._plan_report import format_reports, plot_reports, report_row  # noqa: F401
+from cookbook.fit._predict import (  # noqa: F401
     PlanFigures,
     load_plan_figures,
     predicted_speed,
     training_tokens_per_s,
 )
 from cookbook.fit._remat import (  # noqa: F401
+    RematMeasurement,
     example_batch,
     format_table,
     lora_count_under_remat,
@@ -41,13 +49,15 @@ from cookbook.fit._sharding import (  # noqa: F401
     format_memory_table,
     lora_specs,
     memory_table,
+    placements,
     plot_memory,
     project_lora_specs,
+    replicated_arrays,
     set_lora_specs,
     shard_train_state,
     sharding_signature,
 )
-from cookbook.fit._step import lora_loss, make_train_step, nnx_train_step, run_train_steps  # noqa: E402, F401, I001
+from cookbook.fit._step import lora_loss, make_train_step, nnx_train_step, run_train_steps  # noqa: F401
 
 # The remat table lives in the model stage; re-exported for notebook 04.
-from cookbook.models import REMAT_CHOICES, get_remat_choice, remat_policy  # noqa: E402, F401, I001
+from cookbook.models import REMAT_CHOICES, get_remat_choice, remat_policy  # noqa: F401, I001

@@ -18,11 +18,19 @@ from typing import Any
 from cookbook import core
 
 SAFETY_MARGIN = 0.80  # a plan "fits with margin" when the per-chip total is under 80% of HBM
+# Assumed model-FLOPs utilisation for a predicted speed: a guess, not a measurement, and
+# labelled so wherever it is used.
+DEFAULT_MFU = 0.40
 # Which committed planner file holds each real preset's compiles.
 PLAN_RESULTS = {"gemma4_31b": "plan_31b.json"}
 # The slice a preset trains on by default: the paper's training slice.
 DEFAULT_TRAINING_SLICE = {"gemma4_31b": "v5p-8"}
-LAYOUT_KEYS = ("slice", "fsdp", "tp", "batch", "seq_len", "remat", "flash", "block")
+# A recommended layout in the training config's field names (``cookbook.train.TrainConfig``;
+# batch_size and seq_len are its ``data`` fields); committed files may use the planner's
+# first names (fsdp, tp, batch, flash, block).
+LAYOUT_KEYS = ("mesh_fsdp", "mesh_tp", "batch_size", "seq_len", "remat", "flash_attention", "flash_block")
+_LEGACY_LAYOUT = {"fsdp": "mesh_fsdp", "tp": "mesh_tp", "batch": "batch_size", "flash": "flash_attention",
+                  "block": "flash_block"}
 
 
 def plan_results_path(preset_name: str) -> Path:
@@ -46,10 +54,9 @@ def load_plan_results(preset_name: str = "gemma4_31b") -> dict[str, Any]:
 def recommended_training(preset_name: str, slice_name: str | None = None) -> dict[str, Any]:
     """The layout the planner recommends for training ``preset_name`` on ``slice_name``.
 
-    Keys: slice, fsdp, tp, batch (global, per micro-step), seq_len, remat, flash
-    (splash attention), block (its block size), plus what the pick was based on
-    (``from``: the compiled report's name, ``hbm_fraction``). ``slice_name=None``: the
-    preset's default training slice.
+    Keys: ``slice``, :data:`LAYOUT_KEYS` (``batch_size`` is global, per micro-step), and
+    what the pick was based on (``from``: the compiled report's name, ``hbm_fraction``).
+    ``slice_name=None``: the preset's default training slice.
     """
     data = load_plan_results(preset_name)
     recommended = data.get("recommended") or {}
@@ -57,6 +64,9 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
     if slice_name not in recommended:
         raise ValueError(f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
                          f"(they cover: {', '.join(recommended) or 'none'})")
-    rec = recommended[slice_name]
-    return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS if k in rec},
+    rec = {_LEGACY_LAYOUT.get(k, k): v for k, v in recommended[slice_name].items()}
+    missing = [k for k in LAYOUT_KEYS if k not in rec]
+    if missing:
+        raise ValueError(f"{plan_results_path(preset_name)}: the {slice_name} recommendation lacks {missing}")
+    return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS},
             "from": rec.get("from"), "hbm_fraction": rec.get("hbm_fraction")}

@@ -16,11 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core
-from cookbook.fit._layouts import plan_results_path, recommended_training
-
-# Assumed model-FLOPs utilisation for a predicted speed: a guess, not a measurement, and
-# labelled so wherever it is used.
-DEFAULT_MFU = 0.40
+from cookbook.fit._layouts import DEFAULT_MFU, plan_results_path, recommended_training
+from cookbook.fit._plan_config import LEGACY_NAMES
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,7 +53,9 @@ def _plan_entries(data: Any) -> list[dict[str, Any]]:
 
 
 def _entry_config(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return {**entry, **(entry.get("config") or {})}
+    """A record's config fields (and its own), in ``PlanConfig``'s names (legacy names read)."""
+    merged = {**entry, **(entry.get("config") or {})}
+    return {LEGACY_NAMES.get(k, k): v for k, v in merged.items()}
 
 
 def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_31b",
@@ -83,19 +82,19 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     entries = [e for e in candidates
                if e.get("compiles", True) and not e.get("crashed")
                and not _entry_config(e).get("num_layers")  # reduced-depth experiments are not 31B
-               and _entry_config(e).get("preset", preset) == preset
+               and _entry_config(e).get("model_preset", preset) == preset
                and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name)))
                .removeprefix("tpu-") == slice_name]
     if not entries:
         raise ValueError(f"{path}: no compiled plan for {preset} on {slice_name}; "
                          f"run `cookbook plan --preset {preset} --slice {slice_name} --json {path}`")
-    want: Mapping[str, Any] = prefer or {}
+    want: Mapping[str, Any] = {LEGACY_NAMES.get(k, k): v for k, v in (prefer or {}).items()}
     if prefer is None:
         try:
             want = recommended_training(preset, slice_name)
         except ValueError:  # no recommendation for this slice: the cheapest compiled plan
             want = {}
-    keys = ("batch", "seq_len", "remat", "flash", "block")
+    keys = ("batch_size", "seq_len", "remat", "flash_attention", "flash_block")
 
     def score(e: Mapping[str, Any]) -> tuple[int, float]:
         c = _entry_config(e)
@@ -110,7 +109,7 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
         tflop = float(entry["tflop_per_chip_per_step"])
     else:
         raise ValueError(f"{path}: plan record has no flops_per_chip; keys: {', '.join(sorted(entry))}")
-    tokens = entry.get("tokens_per_step") or int(c["batch"]) * int(c["seq_len"])
+    tokens = entry.get("tokens_per_step") or int(c["batch_size"]) * int(c["seq_len"])
     total = entry.get("total_bytes")
     layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
     return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,

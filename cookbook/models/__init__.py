@@ -6,6 +6,15 @@ from cookbook.models._base import (  # noqa: F401
     is_complete,
 )
 from cookbook.models._base import register_cli as register_base_cli  # noqa: E402, F401, I001
+from cookbook.models._knobs import (  # noqa: F401
+    REMAT_CHOICES,
+    RematChoice,
+    get_remat_choice,
+    remat_policy,
+    set_flash_attention,
+    set_remat,
+    tunix_configs,
+)
 from cookbook.models._loader import (  # noqa: F401
     check_checkpoint_matches,
     expected_hf_shapes,
@@ -16,6 +25,7 @@ from cookbook.models._loader import (  # noqa: F401
 from cookbook.models._parity import (  # noqa: F401
     generate,
     logit_parity,
+    make_sampler,
     transformers_logits,
     tunix_logits,
 )
@@ -27,14 +37,6 @@ from cookbook.models._presets import (  # noqa: F401
     get_preset,
     small,
     tiny,
-)
-from cookbook.models._remat import (  # noqa: F401
-    REMAT_CHOICES,
-    RematChoice,
-    get_remat_choice,
-    remat_policy,
-    set_remat,
-    tunix_configs,
 )
 from cookbook.models._tokenizer import (  # noqa: F401
     SPECIAL_TOKEN_IDS,

@@ -118,6 +118,20 @@ def swapped_norm_logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
         layer.pre_ffw_norm.scale.value, layer.post_ffw_norm.scale.value = a, b
 
 
+def make_sampler(model, tokenizer, cache_size: int):
+    """A greedy-capable Tunix ``Sampler`` for a Gemma 4 model, with a KV cache of ``cache_size``."""
+    from tunix.generate import sampler as sampler_lib
+
+    cfg = model.config
+    return sampler_lib.Sampler(
+        transformer=model,
+        tokenizer=tokenizer,
+        cache_config=sampler_lib.CacheConfig(
+            cache_size=cache_size, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim
+        ),
+    )
+
+
 def generate(
     model,
     tok,
@@ -128,8 +142,6 @@ def generate(
     sampler=None,
 ) -> list[str]:
     """Greedy completions of single-turn chats, rendered with the Gemma 4 chat template."""
-    from cookbook.train import make_sampler
-
     sampler = sampler or make_sampler(model, tok, cache_size=256)
     prompts = [
         tok.apply_chat_template([{"role": "user", "content": m}], tokenize=False, add_generation_prompt=True)

@@ -29,6 +29,7 @@ from cookbook.serve._check import (  # noqa: F401
     served_completions,
     served_exact_match,
 )
+from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401
     API_KEY_ENV,
     ServeConfig,

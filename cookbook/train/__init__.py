@@ -1,29 +1,36 @@
 """Stage 06: LoRA fine-tuning with Tunix's PeftTrainer, Orbax checkpoints, the run cache, evaluation."""
 
-from cookbook.train._train import (  # noqa: F401
-    NonFiniteLossError,
+from cookbook.train._cli import (  # noqa: F401
+    CLI_FLAGS,
+    cli_command,
+    config_from_args,
+)
+from cookbook.train._cli import register_cli as register_train_cli  # noqa: F401
+from cookbook.train._config import (  # noqa: F401
+    TRAIN_PRESETS,
     TrainConfig,
+    describe_configs,
+    make_optimizer,
+    train_preset,
+)
+from cookbook.train._evaluate import evaluate  # noqa: F401
+from cookbook.train._runs import (  # noqa: F401
+    RECIPE_VERSION,
     build_lora_model,
     cache_key,
     checkpoint_steps,
-    cli_command,
-    config_from_args,
     config_of_run,
-    describe_configs,
-    ensure_trained,
     eval_rows,
-    evaluate,
+    load_recipe,
     load_tokenizer,
     lora_arrays,
-    make_optimizer,
-    make_sampler,
+    make_mesh,
     plot_loss,
     read_metrics,
     recipe,
     resolve_base_dir,
     restore_lora_model,
     result_determinants,
-    train,
-    train_preset,
+    train_rows,
 )
-from cookbook.train._train import register_cli as register_train_cli  # noqa: E402, F401, I001
+from cookbook.train._trainer import NonFiniteLossError, TrainResult, ensure_trained, train  # noqa: F401

@@ -1,4 +1,4 @@
-"""Rematerialisation choices of the Tunix Gemma 4 model: the one table, and how to switch them.
+"""Switches on a built Tunix Gemma 4 model: rematerialisation (the one table) and flash attention.
 
 Tunix's Gemma 4 offers three (``RematConfig``): ``none`` keeps every activation for the
 backward pass; ``block`` wraps the attention block and the MLP separately in
@@ -91,3 +91,18 @@ def remat_policy(name: str) -> Iterator[None]:
         yield
     finally:
         nnx.remat = original
+
+
+def set_flash_attention(model, block_size: int = 512) -> None:
+    """Switch a built Tunix model to splash attention with ``block_size`` blocks.
+
+    Only after LoRA is applied (REFERENCE trap 2: Qwix's initialising call fails with flash
+    attention on); Tunix forbids the sliding-window KV cache with it. Block 512: Tunix's
+    default 1024 overflows VMEM in the 31B global layers' backward kernel on v5p (trap 5).
+    Splash attention is a TPU (Pallas) kernel: it compiles for a TPU, not for CPU.
+    """
+    for cfg in tunix_configs(model):
+        if hasattr(cfg, "use_flash_attention"):
+            cfg.use_sliding_window_kv_cache = False
+            cfg.use_flash_attention = True
+            cfg.flash_attention_block_size = block_size

@@ -1,0 +1,51 @@
+"""The data pipeline's settings (``DataConfig``) and the fields of a batch."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+BATCH_FIELDS = ("input_tokens", "input_mask", "positions", "segment_ids")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """How rows become batches.
+
+    Attributes:
+      seq_len: tokens per batch row (static shape).
+      batch_size: rows per *global* batch (all processes together); must divide by the
+        mesh's data-axis size and by the number of JAX processes.
+      packing: pack several examples per row (True) or pad one example per row (False).
+      seed: shuffling seed; the same seed gives the same batches.
+      shuffle: shuffle rows (each epoch in a new order).
+      too_long: ``"drop"`` examples longer than ``seq_len`` or ``"truncate"`` them (kept
+        when some answer tokens survive the cut).
+      max_bad_fraction: refuse to train when more than this fraction of rows was dropped.
+      num_packing_bins: rows Grain's first-fit packer fills at once (more bins, fuller rows).
+      prefetch: batches prepared ahead on a background thread (0: none).
+      data_axis: mesh axis the batch dimension is sharded over.
+    """
+
+    seq_len: int = 128
+    batch_size: int = 16
+    packing: bool = False
+    seed: int = 0
+    shuffle: bool = True
+    too_long: Literal["drop", "truncate"] = "drop"
+    max_bad_fraction: float = 0.05
+    num_packing_bins: int = 64
+    prefetch: int = 2
+    data_axis: str = "fsdp"
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len={self.seq_len}: need at least 2 tokens per row")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+        if self.too_long not in ("drop", "truncate"):
+            raise ValueError(f"too_long={self.too_long!r}; use 'drop' or 'truncate'")
+        if not 0.0 <= self.max_bad_fraction <= 1.0:
+            raise ValueError(f"max_bad_fraction={self.max_bad_fraction} must be in [0, 1]")
+        if self.num_packing_bins < 1:
+            raise ValueError(f"num_packing_bins={self.num_packing_bins} must be >= 1")

@@ -1,0 +1,169 @@
+"""What the planner compiles (``PlanConfig``) and what the TPU compiler said (``PlanReport``).
+
+``PlanConfig`` speaks the training config's language: the same field names as
+``cookbook.train.TrainConfig`` (``model_preset``, ``mesh_fsdp``, ``mesh_tp``, ``remat``,
+``flash_attention``, ``flash_block``, ``learning_rate``, ``weight_decay``, ``param_dtype``)
+and a nested ``lora`` (``cookbook.lora.LoraConfig``), so a training run and its fit check
+are the same numbers. Reports written before these names (``benchmarks/results`` holds
+some) are read through :func:`PlanConfig.from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cookbook import lora as lora_lib
+from cookbook.fit._layouts import DEFAULT_MFU, SAFETY_MARGIN
+
+# The planner's first field names (still in committed results): old name -> new name.
+LEGACY_NAMES = {"preset": "model_preset", "fsdp": "mesh_fsdp", "tp": "mesh_tp", "batch": "batch_size",
+                "flash": "flash_attention", "block": "flash_block", "dtype": "param_dtype"}
+_LEGACY_LORA = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_targets": "targets"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanConfig:
+    """One training configuration to compile for a TPU slice."""
+
+    model_preset: str = "tiny"
+    slice_name: str = "v5p-8"
+    mesh_fsdp: int | None = None  # None (both): cookbook.mesh chooses
+    mesh_tp: int | None = None
+    batch_size: int = 1  # per optimizer micro-step, global (all chips)
+    seq_len: int = 4096
+    remat: str = "decoder"  # a cookbook.models.REMAT_CHOICES name
+    flash_attention: bool = False  # splash attention (TPU Pallas kernel)
+    flash_block: int = 512  # splash block size (Tunix's default 1024 overflows VMEM on 31B v5p)
+    lora: lora_lib.LoraConfig = lora_lib.LoraConfig(rank=64, alpha=64.0, dropout=0.0, targets="all-linear")
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.001
+    param_dtype: str | None = None  # default: bfloat16 (TPU)
+    num_layers: int | None = None  # override the preset's depth (layer-slice probes)
+    mfu: float = DEFAULT_MFU
+    patch_activation_sharding: bool = True  # trap 3: apply Tunix's shard() on the TPU mesh
+
+    def replace(self, **changes: Any) -> PlanConfig:
+        if isinstance(changes.get("lora"), dict):
+            changes["lora"] = dataclasses.replace(self.lora, **changes["lora"])
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if isinstance(d["lora"]["targets"], tuple):
+            d["lora"]["targets"] = list(d["lora"]["targets"])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PlanConfig:
+        """From :meth:`to_dict`'s form, or from a report written with the legacy names."""
+        d = {LEGACY_NAMES.get(k, k): v for k, v in d.items()}
+        lora = dict(d.pop("lora", None) or {})
+        for old, new in _LEGACY_LORA.items():
+            if old in d:
+                lora[new] = d.pop(old)
+        if isinstance(lora.get("targets"), list):
+            lora["targets"] = tuple(lora["targets"])
+        lora.setdefault("dropout", 0.0)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown PlanConfig fields {sorted(unknown)}; known: {sorted(names)}")
+        base = cls().lora
+        return cls(lora=dataclasses.replace(base, **lora), **d)
+
+    @classmethod
+    def from_train_config(cls, train, slice_name: str, **changes: Any) -> PlanConfig:
+        """The fit check of a ``cookbook.train.TrainConfig`` on ``slice_name``."""
+        return cls(model_preset=train.model_preset, slice_name=slice_name, mesh_fsdp=train.mesh_fsdp,
+                   mesh_tp=train.mesh_tp, batch_size=train.data.batch_size, seq_len=train.data.seq_len,
+                   remat=train.remat, flash_attention=train.flash_attention, flash_block=train.flash_block,
+                   lora=dataclasses.replace(train.lora, dropout=0.0), learning_rate=train.learning_rate,
+                   weight_decay=train.weight_decay, param_dtype=train.param_dtype, **changes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanReport:
+    """What the TPU compiler said about one configuration (per chip unless named)."""
+
+    config: dict[str, Any]  # PlanConfig.to_dict()
+    compiles: bool
+    error: str | None = None
+    fsdp: int = 0
+    tp: int = 0
+    chips: int = 0
+    hbm_bytes: float = 0.0
+    peak_flops: float = 0.0
+    argument_bytes: int = 0
+    output_bytes: int = 0
+    alias_bytes: int = 0
+    temp_bytes: int = 0
+    code_bytes: int = 0
+    total_bytes: int = 0
+    flops_per_chip: float = 0.0
+    tokens_per_step: int = 0
+    flops_per_token: float = 0.0  # all chips together
+    predicted_step_s: float = 0.0
+    predicted_tokens_per_s: float = 0.0
+    mfu: float = DEFAULT_MFU
+    lora_params: int = 0
+    activation_constraints: int = 0  # sharding constraints in the lowered step (trap 3)
+    compile_s: float = 0.0
+    host_peak_rss_bytes: int = 0
+
+    @property
+    def plan_config(self) -> PlanConfig:
+        return PlanConfig.from_dict(self.config)
+
+    @property
+    def fits(self) -> bool:
+        return self.compiles and self.total_bytes <= self.hbm_bytes
+
+    @property
+    def fits_with_margin(self) -> bool:
+        return self.compiles and self.total_bytes <= SAFETY_MARGIN * self.hbm_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["fits"] = self.fits
+        d["fits_with_margin"] = self.fits_with_margin
+        return d
+
+    def summary(self) -> str:
+        c = self.plan_config
+        head = (
+            f"{c.model_preset} on {c.slice_name} (fsdp {self.fsdp} x tp {self.tp}), "
+            f"batch {c.batch_size} x {c.seq_len}, remat {c.remat}, "
+            f"{'splash block ' + str(c.flash_block) if c.flash_attention else 'dense attention'}"
+        )
+        if not self.compiles:
+            return f"{head}\n  does not compile for this slice: {self.error}"
+        gib = 2**30
+        return (
+            f"{head}\n"
+            f"  per chip: args {self.argument_bytes / gib:.3g} GiB, temp {self.temp_bytes / gib:.3g} GiB, "
+            f"total {self.total_bytes / gib:.3g} GiB of {self.hbm_bytes / gib:.1f} GiB HBM "
+            f"({100 * self.total_bytes / self.hbm_bytes:.1f}%) -> "
+            f"{'fits' if self.fits else 'DOES NOT FIT'}\n"
+            f"  {_si(self.flops_per_chip)}FLOP per chip per step, "
+            f"{_si(self.flops_per_token)}FLOP per trained token; at {self.mfu:.0%} MFU: "
+            f"{self.predicted_step_s:.4g} s/step, {self.predicted_tokens_per_s:,.0f} tokens/s "
+            f"(a prediction: real speed is measured only on a TPU)\n"
+            f"  LoRA parameters {self.lora_params:,}; activation sharding constraints applied: "
+            f"{self.activation_constraints}; compiled in {self.compile_s:.1f} s"
+        )
+
+
+def report_from_dict(d: dict[str, Any]) -> PlanReport:
+    """A ``PlanReport`` from its ``to_dict()`` form (derived keys dropped; legacy config names read)."""
+    names = {f.name for f in dataclasses.fields(PlanReport)}
+    report = {k: v for k, v in d.items() if k in names}
+    report["config"] = PlanConfig.from_dict(report["config"]).to_dict()
+    return PlanReport(**report)
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} "

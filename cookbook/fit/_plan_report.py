@@ -1,0 +1,73 @@
+"""The planner's reports as tables and plots (notebook 04, ``cookbook plan``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cookbook.fit._plan_config import PlanReport
+
+
+def report_row(r: PlanReport, name: str | None = None) -> dict[str, Any]:
+    """One table row (GiB, TFLOP, tokens/s) for a report."""
+    c, gib = r.plan_config, 2**30
+    attention = f"splash {c.flash_block}" if c.flash_attention else "dense"
+    row = {
+        "plan": name or f"{c.slice_name} {c.remat} {attention} b{c.batch_size}",
+        "slice": c.slice_name,
+        "mesh": f"{r.fsdp}x{r.tp}",
+        "batch x seq": f"{c.batch_size} x {c.seq_len}",
+        "remat": c.remat,
+        "attention": attention,
+    }
+    if not r.compiles:
+        row["result"] = f"does not compile: {r.error}"
+        return row
+    row.update(
+        {
+            "args GiB": round(r.argument_bytes / gib, 3),
+            "temp GiB": round(r.temp_bytes / gib, 3),
+            "total GiB": round(r.total_bytes / gib, 3),
+            "HBM %": round(100 * r.total_bytes / r.hbm_bytes, 1),
+            "TFLOP/chip/step": round(r.flops_per_chip / 1e12, 4),
+            "GFLOP/token": round(r.flops_per_token / 1e9, 3),
+            f"tokens/s @{r.mfu:.0%} MFU": round(r.predicted_tokens_per_s),
+            "result": "fits" if r.fits_with_margin else ("fits, under margin" if r.fits else "does not fit"),
+        }
+    )
+    return row
+
+
+def format_reports(reports: list[PlanReport] | dict[str, PlanReport]) -> str:
+    """A plain-text table of reports (a dict's keys name the rows)."""
+    items = list(reports.items()) if isinstance(reports, dict) else [(None, r) for r in reports]
+    rows = [report_row(r, n) for n, r in items]
+    cols = list(dict.fromkeys(k for row in rows for k in row))
+    width = {c: max(len(c), *(len(str(row.get(c, ""))) for row in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(width[c]) for c in cols)]
+    lines += ["  ".join(str(row.get(c, "")).ljust(width[c]) for c in cols) for row in rows]
+    return "\n".join(lines)
+
+
+def plot_reports(reports: list[PlanReport], title: str = ""):
+    """Stacked per-chip memory (args + temp) and FLOPs per token for each compiled plan."""
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in reports if r.compiles]
+    names = [report_row(r)["plan"] for r in ok]
+    gib = 2**30
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    a.bar(names, [r.argument_bytes / gib for r in ok], label="arguments")
+    a.bar(names, [r.temp_bytes / gib for r in ok], bottom=[r.argument_bytes / gib for r in ok], label="temporaries")
+    a.set_ylabel("GiB per chip")
+    a.legend()
+    b.bar(names, [r.flops_per_token / 1e9 for r in ok], color="tab:green")
+    b.set_ylabel("GFLOP per trained token")
+    for ax in (a, b):
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+

@@ -1,0 +1,236 @@
+"""Run directories and the run cache: what a run holds, how to load it back, what keys it.
+
+Run directory (a contract with ``cookbook.merge``)::
+
+    RUN_DIR/recipe.json            preset, base checkpoint (path and content fingerprint),
+                                   LoRA, train + data config, seed
+    RUN_DIR/checkpoints/<step>/    Tunix CheckpointManager (Orbax): items ``model_params``
+                                   (nnx.state(model, nnx.LoRAParam)) and ``optimizer_state``;
+                                   the recipe again in ``_CHECKPOINT_METADATA``'s
+                                   ``custom_metadata`` as ``{"recipe": {...}}``
+    RUN_DIR/metrics.jsonl          one JSON line per logged scalar (train/eval loss, lr, ...)
+    RUN_DIR/tensorboard/           the same scalars for TensorBoard
+    RUN_DIR/summary.json           written when the run finishes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cookbook import data as data_lib
+from cookbook import lora as lora_lib
+from cookbook import models
+from cookbook.train._config import TrainConfig
+
+RECIPE_VERSION = 1  # bump when a change makes cached runs stale
+
+
+_DONE = "summary.json"
+
+
+def resolve_base_dir(config: TrainConfig) -> Path:
+    if config.base_dir is not None:
+        return Path(config.base_dir)
+
+    return models.ensure_base(config.model_preset)
+
+
+def load_tokenizer(base_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(base_dir))
+
+
+def train_rows(config: TrainConfig):
+    """The training rows (a path or the sample task's rows)."""
+    if config.train_data is not None:
+        return config.train_data
+    from cookbook import data
+
+    return data.generate_rows("train", n=config.num_train_rows, seed=config.seed)
+
+
+def eval_rows(config: TrainConfig) -> list[dict]:
+    """Held-out rows, as dicts (for eval loss and for exact-match accuracy)."""
+    if config.eval_data is not None:
+        rows, problems = data_lib.read_rows(config.eval_data)
+        return [r for r in rows if r is not None]
+    from cookbook import data
+
+    return data.generate_rows("eval", n=config.num_eval_rows, seed=config.seed)
+
+
+def make_mesh(config: TrainConfig):
+    """The training mesh, or None for one device (1 x 1)."""
+    if config.mesh_fsdp * config.mesh_tp == 1:
+        return None
+    from cookbook import mesh as mesh_lib
+
+    return mesh_lib.make_mesh(config.mesh_fsdp, config.mesh_tp)
+
+
+def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, mesh: Any = "auto"):
+    """The base model from ``base_dir`` with LoRA applied (B = 0: it still equals the base).
+
+    ``mesh="auto"``: the config's mesh (:func:`make_mesh`; None on 1 x 1 is one device).
+    """
+
+    base_dir = base_dir or resolve_base_dir(config)
+    if isinstance(mesh, str):
+        mesh = make_mesh(config)
+    model = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
+    model = lora_lib.apply_lora(model, config.lora, preset=config.preset, mesh=mesh, seed=config.seed,
+                                remat=config.remat)
+    if config.flash_attention:
+        models.set_flash_attention(model, config.flash_block)  # after LoRA (trap 2)
+    return model
+
+
+def recipe(config: TrainConfig, base_dir: str | Path) -> dict[str, Any]:
+    """What ``RUN_DIR/recipe.json`` holds: enough to rebuild the model and merge it."""
+
+    c = config.to_dict()
+    return {
+        "recipe_version": RECIPE_VERSION,
+        "model_preset": config.model_preset,
+        "base_dir": str(Path(base_dir).resolve()),
+        "base_fingerprint": models.fingerprint(base_dir),
+        "lora": c["lora"],
+        "data": c["data"],
+        "train": c,
+        "seed": config.seed,
+    }
+
+
+def load_recipe(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "recipe.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: {run_dir} is not a `cookbook train` run directory")
+    return json.loads(path.read_text())
+
+
+def config_of_run(run_dir: str | Path) -> TrainConfig:
+    rec = load_recipe(run_dir)
+    return TrainConfig.from_dict(rec["train"]).replace(base_dir=rec["base_dir"])
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """Finished checkpoint steps (Orbax's temporary directories are not steps)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """``metrics.jsonl`` as ``{name: [(step, value), ...]}`` (names like ``train/loss``).
+
+    A resumed run appends; for a step logged twice the later value wins.
+    """
+    out: dict[str, dict[int, float]] = {}
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                out.setdefault(rec["name"], {})[rec["step"]] = float(rec["value"])
+    return {k: sorted(v.items()) for k, v in out.items()}
+
+
+def result_determinants() -> dict[str, Any]:
+    """What besides the config and the base decides a run's weights bit for bit.
+
+    Measured on a 2-core CPU host (``cookbook train --preset tiny --max-steps 30``): the
+    same command twice in two processes gives bit-identical LoRA weights, and so does the
+    same command twice with 8 fake CPU devices. Across those two settings, or with the
+    process pinned to one core (``taskset -c 0``), the float32 rounding differs from step
+    4-5 on (the thread pool splits reductions differently), and the tiny recipe amplifies
+    that chaotically: LoRA tensors 3-4% apart (relative to a tensor's largest value) after
+    30 steps, up to 74% after 240, every run at 100% exact match. So the device count, the
+    CPU threads, the backend and the versions of the numerical stack key the cache.
+    """
+    import os
+    from importlib import metadata
+
+    import jax
+
+    versions = {}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "google-tunix", "qwix"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+            "devices": jax.device_count(), "processes": jax.process_count(),
+            "host_threads": threads if jax.default_backend() == "cpu" else None, "versions": versions}
+
+
+def cache_key(config: TrainConfig) -> str:
+    """Hash of everything that determines the trained weights.
+
+    The config (with the base path left out), the base checkpoint's content
+    (:func:`cookbook.models.fingerprint`: the same bytes at another path reuse the run), the
+    recipe version, and :func:`result_determinants`.
+    """
+
+    cfg = config.to_dict()
+    cfg.pop("base_dir")
+    blob = json.dumps({"v": RECIPE_VERSION, "config": cfg, "base": models.fingerprint(resolve_base_dir(config)),
+                       "runtime": result_determinants()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto"):
+    """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
+
+    ``mesh="auto"``: the mesh the run trained on.
+    """
+    from tunix.sft import checkpoint_manager
+
+    config = config_of_run(run_dir)
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        raise FileNotFoundError(f"{run_dir}/checkpoints holds no finished checkpoint; train first")
+    if step is not None and step not in steps:
+        raise ValueError(f"{run_dir} has no checkpoint {step}; it has {steps}")
+    model = build_lora_model(config, config.base_dir, mesh)
+    manager = checkpoint_manager.CheckpointManager(str((Path(run_dir) / "checkpoints").resolve()))
+    try:
+        got, _ = manager.maybe_restore(model, step=step or steps[-1], restore_only_lora_params=True)
+    finally:
+        manager.close()
+    return model
+
+
+def lora_arrays(model) -> dict[str, np.ndarray]:
+    """LoRA parameters as ``{"layers/0/attn/q_einsum/w_lora_a": array}`` (host copies)."""
+    from flax import nnx
+
+    state = nnx.state(model, nnx.LoRAParam)
+    return {"/".join(map(str, k)): np.asarray(v.value if hasattr(v, "value") else v)
+            for k, v in state.flat_state()}  # fmt: skip
+
+
+def plot_loss(run_dir: str | Path, ax=None):
+    """Train and eval loss curves of a run (matplotlib axes)."""
+    import matplotlib.pyplot as plt
+
+    metrics = read_metrics(run_dir)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for name, style in (("train/loss", "-"), ("eval/loss", "o-")):
+        if metrics.get(name):
+            steps, values = zip(*metrics[name], strict=True)
+            ax.plot(steps, values, style, label=name, markersize=4)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (answer tokens)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
