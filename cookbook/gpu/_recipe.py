@@ -56,7 +56,6 @@ from cookbook import lora as lora_lib
 from cookbook import models
 
 LossNormalisation = Literal["per_micro_batch", "tokens_in_step"]
-_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,12 +133,10 @@ def peft_target_regex(lora: lora_lib.LoraConfig, preset: str | models.ModelPrese
     whole = [n for n in names if "." not in n]
     per_layer = [n for n in names if "." in n]
     alts = []
-    attn = [n for n in whole if n in _ATTN]
-    mlp = [n for n in whole if n not in _ATTN]
-    if attn:
-        alts.append(r"layers\.\d+\.self_attn\.(?:" + "|".join(attn) + ")")
-    if mlp:
-        alts.append(r"layers\.\d+\.mlp\.(?:" + "|".join(mlp) + ")")
+    for parent in dict.fromkeys(lora_lib.HF_PARENT.values()):  # self_attn, mlp
+        under = [n for n in whole if lora_lib.HF_PARENT[n] == parent]
+        if under:
+            alts.append(rf"layers\.\d+\.{parent}\.(?:" + "|".join(under) + ")")
     alts.extend(re.escape(n) for n in per_layer)
     return r"model\.(?:language_model\.)?(?:" + "|".join(alts) + ")"
 

@@ -1,37 +1,40 @@
-"""Stage 02: LoRA targets in Hugging Face and Qwix names, coverage checks, applying Qwix LoRA."""
+"""Stage 02: LoRA targets in Hugging Face and Qwix names, coverage checks, applying Qwix LoRA, PEFT tensors.
 
-from cookbook.lora._lora import (  # noqa: F401
-    HF_PROJECTIONS,
-    TUNIX_TO_HF,
-    LoraApplicationError,
-    LoraConfig,
-    LoraCoverageError,
+The projection names live in one table (``_names``); ``_targets`` translates PEFT targets
+to Qwix module paths and checks coverage (the K = V trap); ``_apply`` applies Qwix LoRA and
+counts parameters; ``_peft`` converts LoRA tensors between the Tunix and PEFT layouts.
+"""
+
+from cookbook.lora._apply import (  # noqa: F401
     abstract_lora_model,
     abstract_model,
     abstract_qwix_model,
     apply_lora,
-    check_module_path,
     count_lora_params,
-    coverage_by_kind,
-    coverage_matrix,
     coverage_of_model,
-    coverage_rows,
     dummy_inputs,
     expected_lora_params,
-    format_coverage,
-    hf_module_names,
-    hf_target_modules,
     kv_shared_a_params,
     lora_param_shapes,
-    lora_targets_by_layer,
-    matched_projections,
-    parse_targets,
     peft_lora_params,
     peft_trainable_params,
-    projections,
-    qwix_module_path,
     tunix_weight_paths,
     without_lora_dropout,
+)
+from cookbook.lora._config import (  # noqa: F401
+    LoraApplicationError,
+    LoraConfig,
+    LoraCoverageError,
+    parse_targets,
+)
+from cookbook.lora._names import (  # noqa: F401
+    ALL_LINEAR,
+    HF_PARENT,
+    HF_PROJECTIONS,
+    LORA_TENSOR,
+    TUNIX_TO_HF,
+    TUNIX_TO_HF_MODULES,
+    hf_module_path,
 )
 from cookbook.lora._peft import (  # noqa: F401
     LAYOUT_PREFIX,
@@ -41,4 +44,18 @@ from cookbook.lora._peft import (  # noqa: F401
     peft_to_tunix_lora,
     tunix_lora_to_peft,
     write_peft_adapter,
+)
+from cookbook.lora._targets import (  # noqa: F401
+    check_module_path,
+    coverage_by_kind,
+    coverage_matrix,
+    coverage_rows,
+    coverage_rows_for_paths,
+    format_coverage,
+    hf_module_names,
+    hf_target_modules,
+    lora_targets_by_layer,
+    matched_projections,
+    projections,
+    qwix_module_path,
 )

@@ -29,21 +29,8 @@ from typing import Any
 import numpy as np
 
 from cookbook import models
+from cookbook.lora._names import LORA_TENSOR, TUNIX_TO_HF_MODULES
 
-# Tunix module (under layers.<i>.) -> the Hugging Face module(s) it feeds.
-TUNIX_TO_HF: dict[str, tuple[str, ...]] = {
-    "attn.q_einsum": ("self_attn.q_proj",),
-    "attn.kv_einsum": ("self_attn.k_proj", "self_attn.v_proj"),
-    "attn.k_einsum": ("self_attn.k_proj",),
-    "attn.attn_vec_einsum": ("self_attn.o_proj",),
-    "mlp.gate_proj": ("mlp.gate_proj",),
-    "mlp.up_proj": ("mlp.up_proj",),
-    "mlp.down_proj": ("mlp.down_proj",),
-}
-_PAIR = re.compile(
-    r"layers\.(\d+)\.(attn\.(?:q_einsum|kv_einsum|k_einsum|attn_vec_einsum)|"
-    r"mlp\.(?:gate_proj|up_proj|down_proj))\.(?:w|kernel)_lora_([ab])"
-)
 # Key prefixes of the text decoder in the two layouts (PEFT adds "base_model.model.").
 LAYOUT_PREFIX = {"text": "model.", "multimodal": "model.language_model."}
 
@@ -73,10 +60,10 @@ class LoraPair:
         if self.module == "attn.kv_einsum":
             if self.b.ndim != 4 or self.b.shape[1] != 2:
                 raise ValueError(f"layers.{self.layer}.attn.kv_einsum: lora_b {self.b.shape} is not (r, 2, K, H)")
-            for i, hf in enumerate(TUNIX_TO_HF[self.module]):
+            for i, hf in enumerate(TUNIX_TO_HF_MODULES[self.module]):
                 yield hf, lora_a, self.b[:, i].reshape(r, -1).T
         else:
-            yield TUNIX_TO_HF[self.module][0], lora_a, self.b.reshape(r, -1).T
+            yield TUNIX_TO_HF_MODULES[self.module][0], lora_a, self.b.reshape(r, -1).T
 
 
 def _flatten(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -104,12 +91,12 @@ def lora_pairs(lora_state: Any) -> list[LoraPair]:
     found: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for path, leaf in _flatten(lora_state):
         path = path.removesuffix(".value")
-        m = _PAIR.fullmatch(path)
+        m = LORA_TENSOR.fullmatch(path)
         if m is None:
             if "lora" in path:
                 raise ValueError(
                     f"LoRA tensor {path!r} has no Hugging Face mapping here (only attention "
-                    f"q/k/v/o and the dense MLP are mapped: {sorted(TUNIX_TO_HF)})"
+                    f"q/k/v/o and the dense MLP are mapped: {sorted(TUNIX_TO_HF_MODULES)})"
                 )
             continue
         # Orbax metadata leaves (shape and dtype only) are kept as they are.

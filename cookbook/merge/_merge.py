@@ -109,7 +109,7 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     touched: dict[str, tuple[int, str]] = {}
     first_shared = p.num_layers - p.num_kv_shared_layers
     for pair in pairs:
-        for hf in lora_lib.TUNIX_TO_HF[pair.module]:
+        for hf in lora_lib.TUNIX_TO_HF_MODULES[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
             key = f"{prefix}layers.{pair.layer}.{hf}.weight"

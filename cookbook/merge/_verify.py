@@ -23,7 +23,7 @@ from cookbook.merge import _merge as merge
 
 
 def _lora_config(ckpt: merge.LoraCheckpoint, dropout: float = 0.0) -> lora_lib.LoraConfig:
-    names = sorted({hf.split(".")[-1] for p in ckpt.pairs for hf in lora_lib.TUNIX_TO_HF[p.module]},
+    names = sorted({hf.split(".")[-1] for p in ckpt.pairs for hf in lora_lib.TUNIX_TO_HF_MODULES[p.module]},
                    key=lora_lib.HF_PROJECTIONS.index)
     return lora_lib.LoraConfig(rank=ckpt.rank, alpha=ckpt.alpha, dropout=dropout, targets=tuple(names))
 
@@ -200,7 +200,7 @@ def checkpoint_table(ckpt: merge.LoraCheckpoint) -> list[dict]:
     p = models.get_preset(ckpt.preset or "")
     rows = []
     for pair in ckpt.pairs:
-        hf = list(lora_lib.TUNIX_TO_HF[pair.module])
+        hf = list(lora_lib.TUNIX_TO_HF_MODULES[pair.module])
         rows.append({"layer": pair.layer, "kind": p.layer_kinds[pair.layer], "tunix": pair.module,
                      "lora_a": tuple(pair.a.shape), "lora_b": tuple(pair.b.shape), "hf": ", ".join(hf)})
     return rows

@@ -1,17 +1,27 @@
-"""Stage 01: devices, the (fsdp, tp) mesh a preset allows on a slice, and multi-host start-up."""
+"""Stage 01: devices, the (fsdp, tp) mesh a preset allows on a slice, and multi-host start-up.
 
-# The slices themselves live in the hardware table (cookbook.core); re-exported for notebook 01.
-from cookbook.core import SLICES, chip_of, get_slice  # noqa: E402, F401
+``_runtime`` says what this process runs on; ``_mesh`` holds the divisibility rules (read
+from Tunix's sharding of Gemma 4: which dimension sits on which axis), builds and chooses
+meshes; ``_distributed`` starts JAX's multi-controller runtime and checks a global mesh
+across processes. The slices themselves are the hardware table's (``cookbook.core``).
+"""
+
+from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
+from cookbook.mesh._distributed import (  # noqa: F401
+    DistributedInfo,
+    initialize_distributed,
+    run_local_multiprocess,
+    sharded_checksum,
+)
 from cookbook.mesh._mesh import (  # noqa: F401
+    MeshAxisRule,
+    MeshChoice,
     MeshError,
     choose_mesh,
-    detect_runtime,
-    initialize_distributed,
     make_mesh,
     max_tp,
     mesh_rules,
-    run_local_multiprocess,
-    sharded_checksum,
     valid_meshes,
     validate_mesh,
 )
+from cookbook.mesh._runtime import Runtime, detect_runtime  # noqa: F401

@@ -1,0 +1,233 @@
+"""Multi-host start-up on JAX's own multi-controller runtime, and a check that a global mesh works.
+
+:func:`initialize_distributed` wraps ``jax.distributed.initialize`` (a TPU VM pod finds its
+coordinator itself; elsewhere give it, or the ``COOKBOOK_*`` variables);
+:func:`run_local_multiprocess` runs the same check in several local processes with fake CPU
+devices, as a multi-host slice would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+from cookbook import core
+from cookbook.mesh._mesh import make_mesh
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistributedInfo:
+    initialized: bool  # jax.distributed.initialize was called (by this or an earlier call)
+    mode: str  # "single-host" | "explicit" | "tpu-pod"
+    process_count: int
+    process_index: int
+
+
+def _tpu_pod_env() -> bool:
+    """Environment variables that GKE / multislice set on multi-host TPU jobs."""
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    return len([h for h in hosts.split(",") if h.strip()]) > 1 or bool(
+        os.environ.get("MEGASCALE_COORDINATOR_ADDRESS")
+    )
+
+
+def _on_tpu_host() -> bool:
+    """TPU chips attached and JAX not pinned to CPU."""
+    return core.on_tpu_host() and os.environ.get("JAX_PLATFORMS", "") != "cpu"
+
+
+def initialize_distributed(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    local_device_ids: list[int] | None = None,
+) -> DistributedInfo:
+    """Join a multi-host JAX job; a no-op on one host. Call before anything touches devices.
+
+    * ``num_processes > 1``: explicit, e.g. ``initialize_distributed("10.0.0.2:8476", 4, i)``
+      (also from ``COOKBOOK_COORDINATOR``, ``COOKBOOK_NUM_PROCESSES``, ``COOKBOOK_PROCESS_ID``).
+    * On a TPU host (or with GKE's ``TPU_WORKER_HOSTNAMES`` listing several hosts):
+      ``jax.distributed.initialize()`` with no arguments; JAX discovers the coordinator and
+      process ids from the environment or the Cloud TPU metadata server (a single-host
+      slice joins as 1 process of 1).
+    * Otherwise (CPU, GPU without arguments) nothing happens.
+
+    Every host runs the same program; afterwards ``jax.devices()`` lists all chips of the
+    slice and a mesh built from them is global.
+    """
+    import jax
+
+    coordinator = coordinator or os.environ.get("COOKBOOK_COORDINATOR")
+    if num_processes is None and os.environ.get("COOKBOOK_NUM_PROCESSES"):
+        num_processes = int(os.environ["COOKBOOK_NUM_PROCESSES"])
+    if process_id is None and os.environ.get("COOKBOOK_PROCESS_ID"):
+        process_id = int(os.environ["COOKBOOK_PROCESS_ID"])
+
+    if jax.distributed.is_initialized():
+        return DistributedInfo(
+            initialized=True,
+            mode="already",
+            process_count=jax.process_count(),
+            process_index=jax.process_index(),
+        )
+    if num_processes is not None and num_processes > 1:
+        if coordinator is None or process_id is None:
+            raise ValueError(
+                f"num_processes={num_processes} needs coordinator='HOST:PORT' (process 0's address) "
+                f"and this process's process_id in [0, {num_processes}); got coordinator="
+                f"{coordinator!r}, process_id={process_id!r}"
+            )
+        if not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id={process_id} is outside [0, {num_processes})")
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+        )
+        mode = "explicit"
+    elif _tpu_pod_env() or _on_tpu_host():
+        # JAX finds the pod's coordinator and this host's id itself (GKE environment
+        # variables, or the Cloud TPU VM metadata server); a single-host VM joins as 1 of 1.
+        try:
+            jax.distributed.initialize()
+        except ValueError:
+            if _tpu_pod_env():
+                raise
+            # no cluster detected (e.g. a notebook runtime without TPU metadata): one host
+            return DistributedInfo(
+                initialized=False, mode="single-host", process_count=1, process_index=0
+            )
+        mode = "tpu-pod"
+    else:
+        return DistributedInfo(
+            initialized=False, mode="single-host", process_count=1, process_index=0
+        )
+    return DistributedInfo(
+        initialized=True,
+        mode=mode,
+        process_count=jax.process_count(),
+        process_index=jax.process_index(),
+    )
+
+
+def sharded_checksum(mesh, size: int = 1024) -> dict[str, Any]:
+    """A jitted computation over a global array sharded on ``mesh``, from each process's part.
+
+    Each process contributes the rows of a known matrix that its devices hold; the result
+    (a sum of squares and a matrix product reduced over fsdp) must be the same number on
+    every process and equal to the closed form. Used to check a multi-host mesh.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rows = int(mesh.shape["fsdp"]) * 8
+    cols = int(mesh.shape["tp"]) * 4
+    full = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) / size
+    sharding = NamedSharding(mesh, P("fsdp", "tp"))
+    x = jax.make_array_from_callback(full.shape, sharding, lambda idx: full[idx])
+
+    @jax.jit
+    def f(a):
+        gram = a.T @ a  # contracts over the fsdp-sharded rows: a cross-process all-reduce
+        return jnp.sum(a * a), jnp.trace(gram)
+
+    total, trace = f(x)
+    return {
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "global_devices": len(mesh.devices.flat),
+        "local_devices": len(mesh.local_devices),
+        "sum_sq": float(total),
+        "trace": float(trace),
+        "expected": float(np.sum(full.astype(np.float64) ** 2)),
+        # Any summation order on any mesh is within this of the exact value (numerics).
+        "bound": core.summation_bound(full.size, float(np.sum(full.astype(np.float64) ** 2))),
+    }
+
+
+def _worker(argv: list[str]) -> int:
+    """``python -m cookbook.mesh._distributed COORD NUM_PROCESSES PROCESS_ID FSDP TP``: one process of a check."""
+    coordinator, num, pid, fsdp, tp = argv
+    info = initialize_distributed(coordinator, int(num), int(pid))
+    m = make_mesh(int(fsdp), int(tp))
+    out = sharded_checksum(m)
+    out["mode"] = info.mode
+    print("RESULT " + json.dumps(out), flush=True)
+    import jax
+
+    jax.distributed.shutdown()
+    return 0
+
+
+def run_local_multiprocess(
+    num_processes: int = 2,
+    devices_per_process: int = 4,
+    fsdp: int | None = None,
+    tp: int = 2,
+    timeout_s: float = 120.0,
+) -> list[dict[str, Any]]:
+    """Simulate a multi-host slice on this machine: N CPU processes on 127.0.0.1.
+
+    Each process gets ``devices_per_process`` fake CPU devices, joins through
+    :func:`initialize_distributed`, builds one global (fsdp, tp) mesh and runs
+    :func:`sharded_checksum`. Returns each process's result (they must agree).
+    """
+    import socket
+    import subprocess
+
+    total = num_processes * devices_per_process
+    fsdp = fsdp or total // tp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
+    env["JAX_PLATFORMS"] = "cpu"
+    for k in (
+        "COOKBOOK_COORDINATOR",
+        "COOKBOOK_NUM_PROCESSES",
+        "COOKBOOK_PROCESS_ID",
+        "TPU_WORKER_HOSTNAMES",
+    ):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "cookbook.mesh._distributed", f"127.0.0.1:{port}", str(num_processes)]
+    procs = [
+        subprocess.Popen(
+            [*cmd, str(i), str(fsdp), str(tp)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(num_processes)
+    ]
+    results, logs = [], []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout_s)
+            logs.append(out)
+            line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                raise RuntimeError(
+                    f"process {len(results)} of the local multi-host check failed (exit {proc.returncode}):\n"
+                    + out[-3000:]
+                )
+            results.append(json.loads(line[len("RESULT ") :]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
