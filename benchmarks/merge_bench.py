@@ -79,7 +79,7 @@ def _write_file(path: Path, tensors: dict[str, tuple[int, ...]]) -> None:
     refs = [merge.OutTensor(name=k, src=merge.TensorRef(name=k, path=path, dtype="BF16", shape=s, offset=0,
                                                          nbytes=int(np.prod(s)) * 2)) for k, s in tensors.items()]
     with open(path, "wb") as f:
-        f.write(merge._header_bytes(refs, {"format": "pt"}))
+        f.write(merge.header_bytes(refs, {"format": "pt"}))
         for r in refs:
             left = r.src.nbytes // 2
             while left:

@@ -1,4 +1,4 @@
-"""The derived GPU recipe (cookbook.gpu) and the train_gpu.py it writes (cookbook.gpu)."""
+"""The derived GPU recipe (cookbook.gpu) and the train_gpu.py it writes (cookbook.gpu.train_gpu)."""
 
 import json
 import re
@@ -9,7 +9,7 @@ import pytest
 
 from cookbook import gpu, lora, models, train
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROJECTIONS = lora.HF_PROJECTIONS
 
 
 def test_paper_recipe_on_two_gpus_keeps_the_tpu_objective():
@@ -127,7 +127,8 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     out the newline after <turn|>, unlike TRL's own prompt-completion path)."""
     from transformers import AutoTokenizer
 
-    from cookbook import data, gpu
+    from cookbook import data
+    from cookbook.gpu import train_gpu
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     rows = data.generate_rows("train", n=20)
@@ -141,7 +142,7 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     rows.append({"prompt": "Say hi.", "completion": "hi"})
     for n, row in enumerate(rows, 1):
         ids, mask = data.tokenize_chat(tok, row)
-        got = gpu.tokenize_row(tok, gpu.row_messages(row, n))
+        got = train_gpu.tokenize_row(tok, train_gpu.row_messages(row, n))
         assert got["input_ids"] == ids.tolist()
         assert got["completion_mask"] == mask.tolist()
     # Trained tokens end on <turn|>, never on the newline the template writes after it.
@@ -153,16 +154,17 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
 def test_train_script_drops_or_truncates_long_rows_like_the_pipeline(tiny_base):
     from transformers import AutoTokenizer
 
-    from cookbook import data, gpu
+    from cookbook import data
+    from cookbook.gpu import train_gpu
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     rows = data.generate_rows("train", n=3)
-    n = len(gpu.tokenize_row(tok, rows[0]["messages"])["input_ids"])
+    n = len(train_gpu.tokenize_row(tok, rows[0]["messages"])["input_ids"])
     with pytest.raises(ValueError, match="no usable rows"):
-        gpu.build_dataset(tok, rows, 8, "drop")
-    cut = gpu.build_dataset(tok, rows, 8, "truncate")
+        train_gpu.build_dataset(tok, rows, 8, "drop")
+    cut = train_gpu.build_dataset(tok, rows, 8, "truncate")
     assert [len(x) for x in cut["input_ids"]] == [8, 8, 8]
-    assert len(gpu.build_dataset(tok, rows, n + 100, "drop")) == 3
+    assert len(train_gpu.build_dataset(tok, rows, n + 100, "drop")) == 3
 
 
 def test_train_script_lora_matches_qwix_init_and_kv_sharing(tiny_base):
@@ -173,12 +175,12 @@ def test_train_script_lora_matches_qwix_init_and_kv_sharing(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cookbook import gpu
+    from cookbook.gpu import train_gpu
 
     cfg = train.train_preset("tiny")
     r = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=1))
     model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
-    peft_model = gpu.apply_lora(model, r.lora, r.recipe_json(), seed=0)
+    peft_model = train_gpu.apply_lora(model, r.lora, r.recipe_json(), seed=0)
     mods = {n: m for n, m in peft_model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
     assert len(mods) == 41
     for name, m in mods.items():
@@ -229,7 +231,7 @@ def test_packed_rows_keep_examples_apart_in_transformers(tiny_base):
             offset += len(e)
 
 
-def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
+def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys, tiny_base):
     from cookbook import harness
 
     assert harness.main(["gpu-recipe", "--preset", "gemma4_31b", "--out", str(tmp_path / "p")]) == 0
@@ -239,7 +241,7 @@ def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     cfg = train.train_preset("tiny").replace(max_steps=123, grad_accum_steps=2)
-    (run / "recipe.json").write_text(json.dumps(train.recipe(cfg, tmp_path)))
+    (run / "recipe.json").write_text(json.dumps(train.recipe(cfg, tiny_base)))
     assert harness.main(["gpu-recipe", "--run", str(run), "--num-gpus", "1", "--out", str(tmp_path / "r")]) == 0
     sft = json.loads((tmp_path / "r" / "sft_config.json").read_text())
     assert sft["max_steps"] == 123 and sft["gradient_accumulation_steps"] == 2

@@ -225,7 +225,7 @@ def test_plan_shards_and_sizes():
     groups = merge.plan_shards([merge.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
     assert [[t.name for t in g] for g in groups] == [["0", "1"], ["2"], ["3"]]
     assert merge.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert merge._size("5GB") == 5 * 10**9 and merge._size("256KiB") == 256 * 1024
+    assert merge.parse_size("5GB") == 5 * 10**9 and merge.parse_size("256KiB") == 256 * 1024
 
 
 def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
@@ -268,7 +268,7 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
         for hf in lora.TUNIX_TO_HF[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
-            covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge._hf_module_shape(pair, hf)
+            covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge.hf_module_shape(pair, hf)
     projections = {k: v for k, v in expected.items() if k.endswith("_proj.weight")}
     assert covered == projections
     assert sum(k.endswith("v_proj.weight") for k in covered) == len(p.sliding_layers)

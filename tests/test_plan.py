@@ -1,14 +1,14 @@
 """cookbook.fit: the tiny LoRA train step compiled for TPU v5p-8 and v6e-8, with no TPU."""
 
-import dataclasses
 import json
 
 import pytest
 
-from cookbook import fit
+from cookbook import fit, lora
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
-TINY = dict(preset="tiny", batch=4, seq_len=1024, lora_rank=8, lora_alpha=16.0)
+TINY = dict(model_preset="tiny", batch_size=4, seq_len=1024,
+            lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"))
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,6 @@ def plans():
 
 @pytest.mark.slow
 def test_tiny_plans_compile_and_are_consistent(plans):
-    from cookbook import lora
-
     none, dec, v6e = plans[("v5p-8", "none")], plans[("v5p-8", "decoder")], plans[("v6e-8", "decoder")]
     expected = lora.expected_lora_params("tiny", lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"))
     for r in (none, dec, v6e):
@@ -67,21 +65,22 @@ def test_activation_sharding_needs_the_patch():
 
 def test_wrong_layouts_are_refused_before_compiling():
     with pytest.raises(ValueError, match="fsdp=4 does not divide batch = 2"):
-        fit.plan(fit.PlanConfig(preset="tiny", slice_name="v6e-8", fsdp=4, tp=2, batch=2, seq_len=64))
+        fit.plan(fit.PlanConfig(model_preset="tiny", slice_name="v6e-8", mesh_fsdp=4, mesh_tp=2, batch_size=2, seq_len=64))
     with pytest.raises(ValueError, match="tp=8 does not divide global KV heads = 4"):
-        fit.plan(fit.PlanConfig(preset="gemma4_31b", slice_name="v6e-8", fsdp=1, tp=8, batch=1))
-    with pytest.raises(ValueError, match="multiple of block"):
-        fit.plan(fit.PlanConfig(preset="tiny", slice_name="v5p-8", flash=True, block=512, seq_len=768, batch=2))
+        fit.plan(fit.PlanConfig(model_preset="gemma4_31b", slice_name="v6e-8", mesh_fsdp=1, mesh_tp=8, batch_size=1))
+    with pytest.raises(ValueError, match="multiple of flash_block"):
+        fit.plan(fit.PlanConfig(model_preset="tiny", slice_name="v5p-8", flash_attention=True, flash_block=512, seq_len=768,
+                                batch_size=2))
     with pytest.raises(ValueError, match="unknown TPU slice"):
         fit.tpu_devices("v9-8")
 
 
 def test_compile_failure_is_a_sentence_not_a_traceback():
-    report = fit.PlanReport(config=dataclasses.asdict(fit.PlanConfig()), compiles=False, error="CompileTimeScopedVmemOom: x")
+    report = fit.PlanReport(config=fit.PlanConfig().to_dict(), compiles=False, error="CompileTimeScopedVmemOom: x")
     assert "does not compile for this slice: CompileTimeScopedVmemOom" in report.summary()
     assert not report.fits
     err = RuntimeError("INTERNAL: Mosaic failed\nRESOURCE_EXHAUSTED: Ran out of memory in memory space vmem\n  at ...")
-    assert fit._compiler_reason(err).startswith("RESOURCE_EXHAUSTED: Ran out of memory")
+    assert fit.compiler_reason(err).startswith("RESOURCE_EXHAUSTED: Ran out of memory")
 
 
 @pytest.mark.slow
@@ -98,13 +97,45 @@ def test_cli_prints_the_plan(plans, capsys):
     assert f"{plans[('v5p-8', 'decoder')].temp_bytes / 2**30:.3g} GiB" in out
 
 
-def test_recommended_training_matches_the_committed_31b_plans():
+def test_recommended_training_is_the_committed_pick_and_the_31b_train_preset_runs_it():
+    from cookbook import train
+
     rec = fit.recommended_training("gemma4_31b")
-    assert set(rec) >= {"fsdp", "tp", "batch", "seq_len", "remat", "flash", "block"}
-    results = json.loads(fit.RESULTS_31B.read_text())
+    assert set(rec) >= {"slice", *fit.LAYOUT_KEYS}
+    results = fit.load_plan_results("gemma4_31b")
     chosen = results["recommended"][rec["slice"]]
-    for key in ("fsdp", "tp", "batch", "seq_len", "remat", "flash", "block"):
-        assert rec[key] == chosen[key], key
-    assert chosen["hbm_fraction"] <= results["margin"]
-    tiny = fit.recommended_training("tiny")
-    assert tiny["fsdp"] * tiny["tp"] == 1
+    picked = fit.report_from_dict(results["results"][chosen["from"]])
+    assert picked.compiles and picked.total_bytes <= results["margin"] * picked.hbm_bytes
+    c = picked.plan_config
+    assert (rec["mesh_fsdp"], rec["mesh_tp"]) == (picked.fsdp, picked.tp)
+    assert (rec["batch_size"], rec["seq_len"], rec["remat"], rec["flash_attention"], rec["flash_block"]) == (
+        c.batch_size, c.seq_len, c.remat, c.flash_attention, c.flash_block)
+    # The drift bug: the 31B training recipe must run exactly the layout that was fit-checked.
+    t = train.train_preset("gemma4_31b")
+    assert fit.PlanConfig.from_train_config(t, rec["slice"]).replace(mfu=c.mfu, lora=c.lora) == c.replace(
+        mesh_fsdp=picked.fsdp, mesh_tp=picked.tp, param_dtype="bfloat16", learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay, num_layers=None)
+    with pytest.raises(ValueError, match="no committed planner results for preset 'tiny'"):
+        fit.recommended_training("tiny")
+
+
+def test_plan_config_reads_legacy_reports_and_round_trips():
+    legacy = {"preset": "gemma4_31b", "slice_name": "v5p-8", "fsdp": 1, "tp": 4, "batch": 2, "seq_len": 4096,
+              "remat": "none", "flash": True, "block": 512, "lora_rank": 64, "lora_alpha": 64.0,
+              "lora_targets": "all-linear", "dtype": None, "learning_rate": 1e-4}
+    c = fit.PlanConfig.from_dict(legacy)
+    assert (c.model_preset, c.mesh_tp, c.batch_size, c.flash_attention, c.flash_block, c.lora.rank) == (
+        "gemma4_31b", 4, 2, True, 512, 64)
+    assert fit.PlanConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ValueError, match="unknown PlanConfig fields"):
+        fit.PlanConfig.from_dict({"presett": "tiny"})
+
+
+def test_cli_recommended_prints_the_layout_as_json(capsys):
+
+    from cookbook import harness
+
+    assert harness.main(["plan", "--preset", "gemma4_31b", "--recommended"]) == 0
+    assert json.loads(capsys.readouterr().out) == fit.recommended_training("gemma4_31b")
+    assert harness.main(["plan", "--preset", "tiny", "--recommended"]) == 2
+    assert "no committed planner results" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def test_remat_policy_swaps_nnx_remat_only_while_tracing():
 
 @pytest.mark.slow
 def test_measure_remat_same_loss_and_recompute_flops(lora_model):
-    from cookbook import lora
+    from cookbook import models
 
     choices = ("none", "decoder", "decoder_dots")
     rows = {r.remat: r for r in fit.measure_remat(lora_model, choices=choices, batch=4, seq_len=64, steps=2)}
@@ -49,7 +49,7 @@ def test_measure_remat_same_loss_and_recompute_flops(lora_model):
     assert all(r.temp_bytes > 0 and r.argument_bytes > 0 for r in rows.values())
     assert all(r.step_s > 0 for r in rows.values())
     # the model's own setting is restored
-    assert {c.remat_config.name for c in lora._model_configs(lora_model)} == {"NONE"}
+    assert {c.remat_config.name for c in models.tunix_configs(lora_model)} == {"NONE"}
 
 
 def test_lora_inside_remat_trap_is_caught(tiny_base):

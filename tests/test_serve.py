@@ -172,7 +172,7 @@ def _processes_mentioning(text: str) -> list[int]:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if text in cmd and serve._alive(int(entry)):
+            if text in cmd and serve.pid_alive(int(entry)):
                 found.append(int(entry))
     return found
 

@@ -211,7 +211,7 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
     from cookbook import harness
 
-    with pytest.raises(SystemExit, match="FSDPxTP"):
+    with pytest.raises(ValueError, match="FSDPxTP"):
         args = harness.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
         train.config_from_args(args)
     bad = tmp_path / "bad.jsonl"

@@ -68,9 +68,9 @@ def release() -> None:
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     deadline = time.monotonic() + 60
-    while any(serve._alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(serve.pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = [p for p in pids if serve._alive(p)]
+    left = [p for p in pids if serve.pid_alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert not left, f"vLLM processes {left} outlived their SIGKILLed owner"

@@ -28,7 +28,7 @@ clipping                      none unless set                     ``max_grad_nor
 
 ``derive_gpu_recipe`` returns the configs; ``write_gpu_recipe(dir)`` writes
 ``sft_config.json``, ``lora_config.json``, ``recipe.json``, ``fsdp_config.yaml`` and
-``train_gpu.py`` (a copy of :mod:`cookbook.gpu`, which needs no cookbook install) for
+``train_gpu.py`` (a copy of :mod:`cookbook.gpu.train_gpu`, which needs no cookbook install) for
 ``accelerate launch``. ``tests/test_gpu_baseline.py`` checks on CPU that transformers+PEFT
 (through that very script and TRL's ``SFTTrainer``) and Tunix+Qwix compute the same loss
 and stay together over AdamW steps.
@@ -66,6 +66,11 @@ class GpuCluster:
     gpu_name: str = "H100 80GB"
     bf16: bool = True  # bf16 weights and compute (as the TPU run for bf16 presets)
     fsdp_version: int = 2  # accelerate FSDP2; reshard_after_forward=True is FULL_SHARD
+    # Activation checkpointing on the GPUs. None: on for the released (large) models, else as
+    # the TPU run's remat. The TPU layout for 31B runs without remat because a v5p chip has
+    # 95 GB and splash attention never stores the T x T probabilities; two 80 GB H100s holding
+    # 31B under FSDP at 4,096 tokens do not have that room.
+    gradient_checkpointing: bool | None = None
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
@@ -287,7 +292,8 @@ def derive_gpu_recipe(
         "max_grad_norm": config.max_grad_norm or 0.0,  # 0 = no clipping (default would be 1.0)
         # precision and memory
         "bf16": bf16,
-        "gradient_checkpointing": config.remat != "none",
+        "gradient_checkpointing": (cluster.gradient_checkpointing if cluster.gradient_checkpointing is not None
+                                   else config.remat != "none" or p.hf_checkpoint is not None),
         # bookkeeping
         "seed": config.seed,
         "data_seed": config.data.seed,

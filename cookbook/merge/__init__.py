@@ -11,7 +11,9 @@ from cookbook.merge._merge import (  # noqa: F401
     ensure_peft,
     ensure_text_only_base,
     export_peft,
+    hf_module_shape,
     merge_lora,
+    parse_size,
 )
 from cookbook.merge._merge import register_cli as register_merge_cli  # noqa: E402, F401, I001
 from cookbook.merge._safetensors import (  # noqa: F401
@@ -19,6 +21,7 @@ from cookbook.merge._safetensors import (  # noqa: F401
     OutTensor,
     RowFn,
     TensorRef,
+    header_bytes,
     plan_shards,
     read_header,
     shard_names,

@@ -64,7 +64,7 @@ class MergePlan:
     metadata: dict[str, str]
 
 
-def _hf_module_shape(pair: lora_lib.LoraPair, hf: str) -> tuple[int, int]:
+def hf_module_shape(pair: lora_lib.LoraPair, hf: str) -> tuple[int, int]:
     a_in = int(np.prod(pair.a.shape[:-1]))
     b_shape = tuple(pair.b.shape)
     out = int(np.prod(b_shape[2:] if pair.module == "attn.kv_einsum" else b_shape[1:]))
@@ -118,7 +118,7 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
                 if pair.layer >= first_shared and hf.endswith(("k_proj", "v_proj")):
                     continue  # KV-shared layer: transformers has no K/V weights there
                 raise ValueError(f"LoRA layers.{pair.layer}.{pair.module} updates {key}, which {base_dir} lacks")
-            want = _hf_module_shape(pair, hf)
+            want = hf_module_shape(pair, hf)
             if ref.shape != want:
                 raise ValueError(
                     f"LoRA layers.{pair.layer}.{pair.module} gives a {want} update but {key} in "
@@ -366,7 +366,7 @@ def ensure_peft(run_dir: str | Path, *, layout: str = "text", step: int | None =
 
 # --------------------------------------------------------------------------------------
 # CLI
-def _size(text: str) -> int:
+def parse_size(text: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?", text.strip(), re.I)
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MiB or 1048576")
@@ -391,7 +391,7 @@ def register_cli(sub) -> None:
     p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
     p.add_argument("--step", type=int, help="checkpoint step (default: latest)")
     p.add_argument("--text-only", action="store_true", help="write Gemma4ForCausalLM (what vLLM on CPU serves)")
-    p.add_argument("--max-shard-size", type=_size, default=DEFAULT_MAX_SHARD_BYTES, help="e.g. 5GB (default 5GiB)")
+    p.add_argument("--max-shard-size", type=parse_size, default=DEFAULT_MAX_SHARD_BYTES, help="e.g. 5GB (default 5GiB)")
     p.add_argument("--peft-out", help="also write the unmerged adapter in PEFT format here")
     p.add_argument("--peft-layout", choices=sorted(lora_lib.LAYOUT_PREFIX), default="text")
     p.add_argument("--preset", help="architecture, if the checkpoint did not record it")

@@ -114,7 +114,7 @@ def shard_names(n: int) -> list[str]:
     return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
 
 
-def _header_bytes(tensors: list[OutTensor], metadata: dict[str, str]) -> bytes:
+def header_bytes(tensors: list[OutTensor], metadata: dict[str, str]) -> bytes:
     header: dict = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for t in tensors:
@@ -200,7 +200,7 @@ def write_shard(path: str | Path, tensors: list[OutTensor], metadata: dict[str, 
     bufs: _Buffers | None = None
     try:
         with open(path, "wb") as out:
-            out.write(_header_bytes(tensors, metadata))
+            out.write(header_bytes(tensors, metadata))
             out.flush()
             dst = out.fileno()
             for t in tensors:

@@ -80,7 +80,7 @@ def ensure_base(
 _FULL_HASH_BYTES = 2 << 30
 
 
-def fingerprint(base_dir: str | Path) -> str:
+def fingerprint(base_dir: str | Path, *, full_hash_bytes: int = _FULL_HASH_BYTES) -> str:
     """A content hash of a base checkpoint: the same bytes anywhere give the same value.
 
     What a training run's cache key uses for its base, instead of the directory's path: a
@@ -99,9 +99,9 @@ def fingerprint(base_dir: str | Path) -> str:
     if memo.is_file():
         with contextlib.suppress(ValueError, KeyError):
             cached = json.loads(memo.read_text())
-            if cached["stat"] == stat:
+            if cached["stat"] == stat and cached["whole_file_hash"] == (sum(s for _, s, _ in stat) <= full_hash_bytes):
                 return cached["fingerprint"]
-    whole = sum(s for _, s, _ in stat) <= _FULL_HASH_BYTES
+    whole = sum(s for _, s, _ in stat) <= full_hash_bytes
     h = hashlib.sha256()
     for f in files:
         h.update(f"{f.name}\0{f.stat().st_size}\0".encode())

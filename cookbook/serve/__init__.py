@@ -36,6 +36,7 @@ from cookbook.serve._server import (  # noqa: F401
     ServeError,
     VLLMServer,
     check_model_dir,
+    pid_alive,
     start_server,
     vllm_args,
     zero_adapter,

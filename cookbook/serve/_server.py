@@ -309,12 +309,12 @@ class VLLMServer:
             except subprocess.TimeoutExpired:
                 pass
             deadline = time.monotonic() + 5
-            while any(_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
+            while any(pid_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
                 time.sleep(0.1)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             for pid in pids:  # a child that left the group (setsid) is still ours
-                if _alive(pid):
+                if pid_alive(pid):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -341,7 +341,7 @@ class VLLMServer:
         return f"VLLMServer({self.config.served_model_name!r}, {state})"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
