@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit tests, papermill runs of every notebook with
 # non-default parameters (tests/test_nb_*.py), and `make demo` on a fresh cache, which runs
-# every notebook as committed (tests/test_make_demo.py).
+# every notebook as committed (tests/harness/test_make_demo.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${COOKBOOK_VENV:-.venv}

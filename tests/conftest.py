@@ -39,8 +39,8 @@ def mesh_4x2():
 
 @pytest.fixture(scope="session")
 def vllm_lora_server():
-    """One vLLM server (helper F; see tests/vllm_fixture.py) for tests/test_bench.py and
-    tests/test_serve.py. It is stopped right after the last test that uses it (hook below),
+    """One vLLM server (helper F; see tests/vllm_fixture.py) for tests/serve/test_bench.py and
+    tests/serve/test_serve.py. It is stopped right after the last test that uses it (hook below),
     not at session end, so ~3 GB are not held while the notebooks run."""
     import vllm_fixture
 

@@ -3,7 +3,7 @@
 It is started by an owner process, and released by SIGKILLing that owner (no atexit runs,
 as when a notebook kernel is killed): every server process must then exit on its own, which
 :func:`release` asserts. A vLLM start costs 30-100 s on 2 cores, so one server serves both
-tests/test_serve.py and tests/test_bench.py.
+tests/serve/test_serve.py and tests/serve/test_bench.py.
 """
 
 from __future__ import annotations

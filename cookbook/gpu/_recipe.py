@@ -29,7 +29,7 @@ clipping                      none unless set                     ``max_grad_nor
 ``derive_gpu_recipe`` returns the configs; ``write_gpu_recipe(dir)`` writes
 ``sft_config.json``, ``lora_config.json``, ``recipe.json``, ``fsdp_config.yaml`` and
 ``train_gpu.py`` (a copy of :mod:`cookbook.gpu.train_gpu`, which needs no cookbook install) for
-``accelerate launch``. ``tests/test_gpu_baseline.py`` checks on CPU that transformers+PEFT
+``accelerate launch``. ``tests/gpu/test_recipe.py`` checks on CPU that transformers+PEFT
 (through that very script and TRL's ``SFTTrainer``) and Tunix+Qwix compute the same loss
 and stay together over AdamW steps.
 

@@ -15,10 +15,17 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cookbook.harness._report import Section
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Section:
+    """One notebook's place in the report."""
+
+    prefix: str  # "06": matches notebooks/06_*.ipynb
+    title: str
+    about: str  # what the reader should look at
+    highlights: tuple[str, ...] = ()  # regexes over recorded keys, shown first
 
 
 def _is_num(v: Any) -> bool:

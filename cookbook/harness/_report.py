@@ -24,6 +24,7 @@ from typing import Any
 
 from cookbook.harness._render import (
     Plot,
+    Section,
     flatten_scalars,
     fmt_value,
     md_table,
@@ -32,16 +33,6 @@ from cookbook.harness._render import (
 )
 
 DEMO_LOG = "demo.json"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Section:
-    """One notebook's place in the report."""
-
-    prefix: str  # "06": matches notebooks/06_*.ipynb
-    title: str
-    about: str  # what the reader should look at
-    highlights: tuple[str, ...] = ()  # regexes over recorded keys, shown first
 
 
 SECTIONS: tuple[Section, ...] = (

@@ -29,6 +29,7 @@ from cookbook.serve._check import (  # noqa: F401
     served_completions,
     served_exact_match,
 )
+from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402, F401, I001
 from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401
     API_KEY_ENV,
@@ -41,7 +42,6 @@ from cookbook.serve._server import (  # noqa: F401
     vllm_args,
     zero_adapter,
 )
-from cookbook.serve._server import register_cli as register_serve_cli  # noqa: E402, F401, I001
 from cookbook.serve._tpu import (  # noqa: F401
     TpuServeConfig,
     parse_tpu_args,

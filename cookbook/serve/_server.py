@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -126,6 +125,22 @@ def _lora_rank(adapter_dir: str) -> int:
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+def lora_args(config: ServeConfig, adapter_paths: list[str]) -> list[str]:
+    """vLLM's LoRA flags for ``config.lora_modules``, served from ``adapter_paths`` (one per
+    module: the host's dirs on CPU, the container's mounts on TPU).
+
+    ``--max-lora-rank`` is ``config.max_lora_rank`` when given, else the largest adapter's
+    rank, rounded up to a rank vLLM accepts.
+    """
+    if not config.lora_modules:
+        return []
+    rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
+    rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
+    names = [n for n, _ in config.lora_modules]
+    return ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
+            "--lora-modules", *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True))]
+
+
 def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
               for_tpu: bool = False) -> list[str]:
     """The server's command-line flags (everything after the entry point)."""
@@ -146,11 +161,7 @@ def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
         args += ["-O0"]
     if config.uni_executor and cpu:
         args += ["--distributed-executor-backend", "uni"]
-    if config.lora_modules:
-        rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
-        rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
-        args += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
-                 "--lora-modules", *(f"{n}={d}" for n, d in config.lora_modules)]
+    args += lora_args(config, [d for _, d in config.lora_modules])
     return args + list(config.extra_args)
 
 
@@ -400,53 +411,3 @@ def zero_adapter(adapter_dir: str | Path, out_dir: str | Path | None = None) -> 
     (out / "adapter_config.json").write_bytes((src / "adapter_config.json").read_bytes())
     save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     return out
-
-
-# ------------------------------------------------------------------------------------------
-# CLI
-def register_cli(sub) -> None:
-    p = sub.add_parser("serve", help="serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("model_dir", help="checkpoint directory (merged, or the base with --lora)")
-    p.add_argument("--name", default="model", help="served model name")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=None, help="default: a free port (8000 on TPU)")
-    p.add_argument("--max-model-len", type=int, default=1024)
-    p.add_argument("--lora", action="append", default=[], metavar="NAME=DIR", help="PEFT adapter")
-    p.add_argument("--api-key-env", default=None, help="env var holding the API key")
-    p.add_argument("--tpu", action="store_true", help="print the v6e vLLM-TPU docker command instead")
-    p.add_argument("--preset", default="gemma4_31b", help="architecture (for --tpu's TP size)")
-    p.add_argument("--chips", type=int, default=8)
-    p.add_argument("--script", default=None, help="with --tpu: write a start script here")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    loras = tuple(tuple(x.split("=", 1)) for x in args.lora)
-    cfg = ServeConfig(model_dir=args.model_dir, served_model_name=args.name, host=args.host,
-                      port=args.port, max_model_len=args.max_model_len, lora_modules=loras,
-                      api_key_env=args.api_key_env)
-    if args.tpu:
-        from cookbook.serve import _tpu as serve_tpu
-
-        tpu = serve_tpu.TpuServeConfig(chips=args.chips)
-        if args.script:
-            print(serve_tpu.write_tpu_script(args.script, cfg, args.preset, tpu))
-        else:
-            print(shlex.join(serve_tpu.tpu_command(cfg, args.preset, tpu)))
-        return 0
-    server = VLLMServer(cfg)
-    try:
-        server.start()
-    except ServeError as e:
-        print(f"cookbook serve: {e}", file=sys.stderr)
-        return 1
-    print(f"serving {cfg.served_model_name!r} at {server.base_url} (started in {server.startup_s:.0f} s); "
-          "Ctrl-C stops it", flush=True)
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0

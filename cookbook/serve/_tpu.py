@@ -4,7 +4,7 @@
 mounted read-only, tensor-parallel size from the model's heads, fp8 KV cache as in the
 paper, 127.0.0.1 unless asked otherwise); :func:`write_tpu_script` wraps it in a start
 script that waits for ``/health``; :func:`parse_tpu_args` runs the flags through vLLM's own
-argument parser (``tests/test_serve.py`` does, on CPU).
+argument parser (``tests/serve/test_serve.py`` does, on CPU).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from cookbook import core, models
-from cookbook.serve._server import _VLLM_LORA_RANKS, API_KEY_ENV, ServeConfig, _lora_rank, vllm_args
+from cookbook.serve._server import API_KEY_ENV, ServeConfig, lora_args, vllm_args
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,12 +55,8 @@ def tpu_serve_args(config: ServeConfig, tpu: TpuServeConfig, preset: str | model
     args += ["--tensor-parallel-size", str(tensor_parallel_size(preset, tpu.chips)),
              "--kv-cache-dtype", tpu.kv_cache_dtype,
              "--gpu-memory-utilization", str(tpu.gpu_memory_utilization)]
-    if config.lora_modules:  # adapter dirs are mounted beside the model
-        rank = max(_lora_rank(d) for _, d in config.lora_modules)
-        rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
-        args += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
-                 "--lora-modules", *(f"{n}=/models/lora/{n}" for n, _ in config.lora_modules)]
-    return args
+    # adapter dirs are mounted beside the model
+    return args + lora_args(config, [f"/models/lora/{n}" for n, _ in config.lora_modules])
 
 
 def tpu_command(config: ServeConfig, preset: str | models.ModelPreset,

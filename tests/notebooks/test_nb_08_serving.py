@@ -8,7 +8,7 @@ from nbutil import run_notebook
 def test_notebook_08_serves_the_fine_tuned_model(tmp_path):
     got = run_notebook(
         "08_serving", tmp_path,
-        NUM_EVAL_ROWS=32, PARITY_PROMPTS=2, SERVE_LORA=False,  # LoRA serving: tests/test_serve.py
+        NUM_EVAL_ROWS=32, PARITY_PROMPTS=2, SERVE_LORA=False,  # LoRA serving: tests/serve/test_serve.py
         BENCH_PROMPTS=8, BENCH_INPUT_LEN=24, BENCH_OUTPUT_LEN=12, BENCH_CONCURRENCY=[1, 4],
         VLLM_BENCH_CHECK=False, PAPER_BURST=False,
     )

@@ -15,7 +15,7 @@ def test_notebook_05_data_pipeline(tmp_path):
         SEQ_LEN=seq_len,
         BATCH_SIZE=batch,
         SEED=3,
-        CHECK_VLLM_RENDERING=False,  # tests/test_data.py checks vLLM's rendering
+        CHECK_VLLM_RENDERING=False,  # tests/data/test_pipeline.py checks vLLM's rendering
         MESH_FSDP=2,
         MESH_TP=2,
     )

@@ -14,7 +14,7 @@ import pytest
 
 from cookbook import lora, merge
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RANK, ALPHA = 8, 16.0
 SHARD = 2 * 2**20  # tiny is ~7.8 MB: several output shards
 
@@ -41,7 +41,7 @@ def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
 
 
 # Logit parity (merged, text-only, PEFT on both bases vs Tunix + LoRA, in a fresh process)
-# is asserted by tests/test_nb_07_merge.py on what notebook 07 records, on this same run.
+# is asserted by tests/notebooks/test_nb_07_merge.py on what notebook 07 records, on this same run.
 
 
 def test_untouched_tensors_are_byte_identical(tiny_base, outputs):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Set by scripts/run_tests.sh or tests/conftest.py for the test session, not by a user.
 SESSION_ONLY = ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_TARGET_DEVICE", "COOKBOOK_CACHE", "COOKBOOK_RUN_DIR",
                 "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")

@@ -3,7 +3,7 @@
 Running every real notebook is what ``make demo`` does; here the ordering, the run
 directory, parameters, the stop-at-first-failure message and the report are checked on
 notebooks that take a second each (plus notebook 09, the cheapest real one, in
-tests/test_nb_09_cost_comparison.py).
+tests/notebooks/test_nb_09_cost_comparison.py).
 """
 
 import json

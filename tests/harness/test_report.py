@@ -3,7 +3,7 @@
 The fixture is a small set of recorded JSONs in the shapes the notebooks record (scalars,
 a loss curve, a memory table as rows, a dict of rows, a step/loss series). The values are
 deliberately odd (e.g. 0.8125, 7.25e-05) so a test only passes if they reach the report.
-Real notebooks feeding the report: tests/test_nb_09_cost_comparison.py.
+Real notebooks feeding the report: tests/notebooks/test_nb_09_cost_comparison.py.
 """
 
 import json

@@ -15,7 +15,7 @@ import pytest
 
 from cookbook import train
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def small_config(**changes) -> train.TrainConfig:

@@ -1,0 +1,129 @@
+"""The package's shape: stage packages in notebook order, no circles, no reaching into privates.
+
+Static checks over the source (``ast``), so they hold for code paths no test runs:
+- a stage package imports only itself and earlier stages (:data:`STAGES`);
+- no module imports another package's private (``_``-prefixed) module or name;
+- no import circle between modules, lazy (function-level) imports included;
+- no module over :data:`MAX_LINES` lines (one idea per module);
+- every package's ``__init__`` re-exports only names its own modules define (or ``core``'s).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "cookbook"
+# Stage packages in notebook order; a package may import itself and the ones before it.
+STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "cost", "harness")
+MAX_LINES = 460  # "about 450": a module past it holds two ideas
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = path
+    return out
+
+
+def _imports(path: Path) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every cookbook import in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "cookbook":
+            for alias in node.names:
+                found.append((node.module, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "cookbook":
+                    found.append((alias.name, None, node.lineno))
+    return found
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def _target(module: str, name: str | None, modules: dict[str, Path]) -> str:
+    """The module an import reaches: ``from cookbook.fit import _step`` -> ``cookbook.fit._step``."""
+    if name and f"{module}.{name}" in modules:
+        return f"{module}.{name}"
+    return module
+
+
+def test_every_module_is_in_a_stage_package():
+    loose = [m for m in _modules() if m.count(".") == 1 and m.split(".")[1] not in STAGES + ("__main__",)]
+    assert not loose, f"modules outside the stage packages: {loose}"
+    assert sorted(p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()) == sorted(STAGES)
+
+
+def test_stages_import_only_earlier_stages_and_no_privates():
+    modules = _modules()
+    problems = []
+    for mod, path in modules.items():
+        mine = _package(mod)
+        for imported, name, line in _imports(path):
+            target = _target(imported, name, modules)
+            theirs = _package(target)
+            where = f"{path.relative_to(PKG.parent)}:{line}"
+            if mine and theirs and STAGES.index(theirs) > STAGES.index(mine):
+                problems.append(f"{where}: stage {mine} imports later stage {theirs} ({target})")
+            private = [p for p in target.split(".")[2:] if p.startswith("_")] or (
+                [name] if name and name.startswith("_") and target == imported else [])
+            if theirs and theirs != mine and private:
+                problems.append(f"{where}: {mine or mod} imports {theirs}'s private {'.'.join(private)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_circles():
+    modules = _modules()
+    graph = {m: {_target(i, n, modules) for i, n, _ in _imports(p)} & modules.keys() for m, p in modules.items()}
+    # A package's __init__ imports its modules; a module importing its own __init__ would close
+    # a loop through it, and that is a circle too.
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph[v]:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import circles: {cycles}"
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_module_size(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(PKG.parent)} has {n} lines (> {MAX_LINES}): split it by idea"
+
+
+def test_init_files_export_their_own_names():
+    modules = _modules()
+    for pkg in STAGES:
+        init = PKG / pkg / "__init__.py"
+        for imported, name, line in _imports(init):
+            source = _package(imported)
+            assert source in (pkg, "core", "models"), f"{init}:{line}: re-exports {name} from {imported}"
