@@ -121,7 +121,6 @@ def test_module_size(path):
 
 
 def test_init_files_export_their_own_names():
-    modules = _modules()
     for pkg in STAGES:
         init = PKG / pkg / "__init__.py"
         for imported, name, line in _imports(init):
