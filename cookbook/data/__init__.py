@@ -17,6 +17,8 @@ from cookbook.data._pipeline import (  # noqa: F401
     make_train_iter,
     measure_throughput,
     model_inputs,
+    packing_efficiency,
+    plot_batch_layout,
     real_token_fraction,
     segment_attention_mask,
     shard_batch,

@@ -10,6 +10,7 @@ from cookbook.fit._layouts import (  # noqa: F401
     SAFETY_MARGIN,
     load_plan_results,
     plan_results_path,
+    recommended_table,
     recommended_training,
 )
 from cookbook.fit._plan import (  # noqa: F401
@@ -30,6 +31,7 @@ from cookbook.fit._plan_report import format_reports, plot_reports, report_row  
 from cookbook.fit._predict import (  # noqa: F401
     PlanFigures,
     load_plan_figures,
+    paper_speed_in_context,
     predicted_speed,
     training_tokens_per_s,
 )

@@ -70,3 +70,14 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
         raise ValueError(f"{plan_results_path(preset_name)}: the {slice_name} recommendation lacks {missing}")
     return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS},
             "from": rec.get("from"), "hbm_fraction": rec.get("hbm_fraction")}
+
+
+def recommended_table(preset_name: str = "gemma4_31b") -> list[dict[str, Any]]:
+    """Every slice's recommendation for ``preset_name``, with what it was picked on (for notebook 04)."""
+    data = load_plan_results(preset_name)
+    rows = []
+    for slice_name, rec in (data.get("recommended") or {}).items():
+        layout = recommended_training(preset_name, slice_name)
+        rows.append({**layout, **{k: rec.get(k) for k in ("flops_per_token", "floor_step_s", "floor_tokens_per_s",
+                                                          "predicted_max_batch")}})
+    return rows

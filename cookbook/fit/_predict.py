@@ -154,3 +154,23 @@ def training_tokens_per_s(preset: str = "gemma4_31b", slice_name: str = "v5p-8")
         return {"tokens_per_s": core.PAPER_TRAINING_RUNS["tpu-v5p-8"]["train_tokens_per_s"], "basis": "paper's measured tokens/s (planner output not found)"}
     speed = predicted_speed(plan)
     return {"tokens_per_s": float(speed["tokens_per_s"]), "basis": str(speed["basis"])}
+
+
+def paper_speed_in_context(preset: str = "gemma4_31b", slice_name: str = "v5p-8") -> dict[str, Any]:
+    """The paper's measured training speed against the compiled step of the recommended layout.
+
+    GFLOP per trained token of the recommended layout (compiled, from the committed plans),
+    the chips' compute floor (tokens/s at 100% of bf16 peak), the paper's measured tokens/s
+    and the MFU that speed would mean on this layout's FLOPs. The paper's own layout did more
+    FLOPs per token (per-decoder remat, dense attention), so its true MFU was higher still.
+    """
+    plan = load_plan_figures(preset=preset, slice_name=slice_name)
+    if plan is None:
+        raise FileNotFoundError(f"no committed plans for {preset} on {slice_name}")
+    chip = core.PLATFORMS[plan.platform]
+    chips = chip.chips
+    paper = core.PAPER_TRAINING_RUNS[plan.platform]["train_tokens_per_s"]
+    floor = predicted_speed(plan, mfu=1.0, paper_tokens_per_s=paper)
+    return {"layout": plan.source, "gflop_per_token": plan.tflop_per_chip_per_step * 1e3 * chips / plan.tokens_per_step,
+            "floor_tokens_per_s": floor["tokens_per_s"], "paper_tokens_per_s": paper,
+            "paper_mfu_on_this_layout": floor["paper_implied_mfu"]}

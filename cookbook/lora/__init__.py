@@ -45,6 +45,12 @@ from cookbook.lora._peft import (  # noqa: F401
     tunix_lora_to_peft,
     write_peft_adapter,
 )
+from cookbook.lora._tables import (  # noqa: E402, F401, I001
+    k_equals_v_trap,
+    lora_param_counts,
+    plot_coverage,
+    projection_table,
+)
 from cookbook.lora._targets import (  # noqa: F401
     check_module_path,
     coverage_by_kind,

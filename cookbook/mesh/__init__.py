@@ -25,3 +25,4 @@ from cookbook.mesh._mesh import (  # noqa: F401
     validate_mesh,
 )
 from cookbook.mesh._runtime import Runtime, detect_runtime  # noqa: F401
+from cookbook.mesh._tables import plot_slices, slice_table  # noqa: E402, F401, I001

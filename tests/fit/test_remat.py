@@ -26,7 +26,7 @@ def test_remat_policy_swaps_nnx_remat_only_while_tracing():
     with fit.remat_policy("decoder"):
         assert nnx.remat is original
     with pytest.raises(ValueError, match="not one of"):
-        fit.get_choice("everything")
+        fit.get_remat_choice("everything")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cookbook import lora, merge
+from cookbook import lora, merge, models
 
 REPO = Path(__file__).resolve().parents[2]
 RANK, ALPHA = 8, 16.0
@@ -206,7 +206,7 @@ def test_sigkill_leaves_out_absent_then_rerun_succeeds(tiny_base, lora_run, tmp_
     assert not out.exists()
     assert list(tmp_path.glob(".out.tmp-*"))  # the partial work is in the hidden temporary
     r = merge.merge_lora(tiny_base, lora_run, out, max_shard_bytes=256 * 2**10, progress=False)
-    assert r.num_shards > 10 and merge.base.is_complete(out)
+    assert r.num_shards > 10 and models.is_complete(out)
     assert not list(tmp_path.glob(".out.tmp-*"))  # the dead run's temporary was cleaned up
 
 
