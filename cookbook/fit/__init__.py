@@ -22,6 +22,7 @@ from cookbook.fit._plan import (  # noqa: F401
     count_sharding_constraints,
     lower_train_step,
     plan,
+    plan_cache_path,
     preset_for,
     tpu_devices,
 )

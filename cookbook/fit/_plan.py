@@ -185,7 +185,7 @@ def compiler_versions() -> dict[str, str | None]:
     return versions
 
 
-def _cache_path(config: PlanConfig) -> Path:
+def plan_cache_path(config: PlanConfig) -> Path:
     """``<cache root>/plans/<key>.json``; the key covers the config, preset and compiler."""
     key = json.dumps({"config": config.to_dict(), "preset": repr(preset_for(config)),
                       "versions": compiler_versions()}, sort_keys=True)
@@ -202,7 +202,7 @@ def plan(config: PlanConfig, *, use_cache: bool = True) -> PlanReport:
     A compile is deterministic for a given config and compiler, so reports are cached
     under the cache root's ``plans/`` (``use_cache=False`` recompiles).
     """
-    path = _cache_path(config)
+    path = plan_cache_path(config)
     if use_cache and path.is_file():
         return report_from_dict(json.loads(path.read_text()))
     report = _compile_plan(config)

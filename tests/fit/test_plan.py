@@ -139,3 +139,13 @@ def test_cli_recommended_prints_the_layout_as_json(capsys):
     assert json.loads(capsys.readouterr().out) == fit.recommended_training("gemma4_31b")
     assert harness.main(["plan", "--preset", "tiny", "--recommended"]) == 2
     assert "no committed planner results" in capsys.readouterr().err
+
+
+def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
+    from cookbook import core, models
+
+    monkeypatch.delenv("COOKBOOK_CACHE", raising=False)  # the default root: ~/.cache/gemma4-cookbook
+    assert core.cache_root() == core.DEFAULT_CACHE
+    path = fit.plan_cache_path(fit.PlanConfig(**TINY))
+    assert path.is_relative_to(core.cache_root()) and models.default_base_dir("tiny").is_relative_to(core.cache_root())
+
