@@ -36,20 +36,20 @@ MESH = {"v5p-8": (1, 4), "v6e-8": (2, 4)}  # tp is capped at 4 by the 4 global K
 
 
 def cfg(slice_name: str, batch: int, remat: str, attention: str, num_layers: int | None = None) -> dict:
+    """A ``cookbook.fit.PlanConfig`` as JSON (the training config's field names)."""
     fsdp, tp = MESH[slice_name]
     flash = attention.startswith("splash")
     return {
-        "preset": "gemma4_31b",
+        "model_preset": "gemma4_31b",
         "slice_name": slice_name,
-        "fsdp": fsdp,
-        "tp": tp,
-        "batch": batch,
+        "mesh_fsdp": fsdp,
+        "mesh_tp": tp,
+        "batch_size": batch,
         "seq_len": SEQ_LEN,
         "remat": remat,
-        "flash": flash,
-        "block": int(attention.removeprefix("splash")) if flash else 512,
-        "lora_rank": 64,
-        "lora_alpha": 64.0,
+        "flash_attention": flash,
+        "flash_block": int(attention.removeprefix("splash")) if flash else 512,
+        "lora": {"rank": 64, "alpha": 64.0, "dropout": 0.0, "targets": "all-linear"},
         "num_layers": num_layers,
     }
 
@@ -72,9 +72,9 @@ def compile_one(config: dict) -> dict:
     code = (
         "import json, sys\n"
         "from cookbook.core import setup_runtime_env; setup_runtime_env()\n"
-        "from cookbook import plan\n"
-        "cfg = plan.PlanConfig(**json.loads(sys.argv[1]))\n"
-        "print('REPORT' + json.dumps(plan.plan(cfg).to_dict()))\n"
+        "from cookbook import fit\n"
+        "cfg = fit.PlanConfig.from_dict(json.loads(sys.argv[1]))\n"
+        "print('REPORT' + json.dumps(fit.plan(cfg).to_dict()))\n"
     )
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(config)], capture_output=True, text=True, cwd=REPO)
@@ -94,19 +94,19 @@ def _max_batch(runs: list[dict], margin: float) -> tuple[int, str]:
     Temp memory is linear in batch: with two compiled batches the slope is measured; with
     one, all of its temp memory is counted as per-sample (an over-estimate, so safe).
     """
-    runs = sorted(runs, key=lambda r: r["config"]["batch"])
+    runs = sorted(runs, key=lambda r: r["config"]["batch_size"])
     last = runs[-1]
     fixed = last["total_bytes"] - last["temp_bytes"]
     if len(runs) >= 2:
         a, b = runs[-2], runs[-1]
-        per_sample = (b["temp_bytes"] - a["temp_bytes"]) / (b["config"]["batch"] - a["config"]["batch"])
-        base = b["temp_bytes"] - per_sample * b["config"]["batch"]
-        how = f"temp slope from compiled batches {a['config']['batch']} and {b['config']['batch']}"
+        per_sample = (b["temp_bytes"] - a["temp_bytes"]) / (b["config"]["batch_size"] - a["config"]["batch_size"])
+        base = b["temp_bytes"] - per_sample * b["config"]["batch_size"]
+        how = f"temp slope from compiled batches {a['config']['batch_size']} and {b['config']['batch_size']}"
     else:
-        per_sample, base = last["temp_bytes"] / last["config"]["batch"], 0.0
-        how = f"all temp of compiled batch {last['config']['batch']} counted per sample (over-estimate)"
+        per_sample, base = last["temp_bytes"] / last["config"]["batch_size"], 0.0
+        how = f"all temp of compiled batch {last['config']['batch_size']} counted per sample (over-estimate)"
     fsdp = last["fsdp"]
-    batch = last["config"]["batch"]
+    batch = last["config"]["batch_size"]
     while fixed + base + per_sample * (batch + fsdp) <= margin * last["hbm_bytes"]:
         batch += fsdp
     return batch, how
@@ -129,22 +129,22 @@ def recommend(results: dict[str, dict], margin: float) -> dict[str, dict]:
         # FLOPs per token within 2% count as equal; then prefer the larger batch.
         floor = min(r["flops_per_token"] for _, r in ok)
         name, r = max(
-            ((n, r) for n, r in ok if r["flops_per_token"] <= 1.02 * floor), key=lambda nr: nr[1]["config"]["batch"]
+            ((n, r) for n, r in ok if r["flops_per_token"] <= 1.02 * floor), key=lambda nr: nr[1]["config"]["batch_size"]
         )
         c = r["config"]
         same_layout = [
-            x for _, x in ok if all(x["config"][k] == c[k] for k in ("remat", "flash", "block", "seq_len"))
+            x for _, x in ok if all(x["config"][k] == c[k] for k in ("remat", "flash_attention", "flash_block", "seq_len"))
         ]
         predicted, how = _max_batch(same_layout, margin)
         out[slice_name] = {
             "from": name,
-            "fsdp": r["fsdp"],
-            "tp": r["tp"],
-            "batch": c["batch"],
+            "mesh_fsdp": r["fsdp"],
+            "mesh_tp": r["tp"],
+            "batch_size": c["batch_size"],
             "seq_len": c["seq_len"],
             "remat": c["remat"],
-            "flash": c["flash"],
-            "block": c["block"],
+            "flash_attention": c["flash_attention"],
+            "flash_block": c["flash_block"],
             "flops_per_token": r["flops_per_token"],
             "hbm_fraction": r["total_bytes"] / r["hbm_bytes"],
             "floor_step_s": r["flops_per_chip"] / r["peak_flops"],
@@ -164,7 +164,9 @@ def main() -> int:
     from cookbook import fit
 
     data = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    results: dict[str, dict] = data.get("results", {})
+    # Reports written with the planner's first field names are read into today's.
+    results: dict[str, dict] = {n: fit.report_from_dict(r).to_dict() | {k: r[k] for k in ("wall_s", "crashed") if k in r}
+                                for n, r in data.get("results", {}).items()}
     names = args.only or [n for n in CONFIGS if n not in results or results[n].get("crashed")]
     if args.recommend_only:
         names = []

@@ -156,11 +156,12 @@ def test_summation_bound_is_exceeded_by_a_real_error():
 
 
 def test_summation_bound_scales_with_the_dtype():
-    x16 = np.random.default_rng(4).uniform(0.0, 1.0, size=1000).astype(np.float16)
-    sum_abs = float(x16.astype(np.float64).sum())
-    b16, b32 = core.summation_bound(1000, sum_abs, np.float16), core.summation_bound(1000, sum_abs)
-    assert b16 / b32 == pytest.approx(np.finfo(np.float16).eps / np.finfo(np.float32).eps)
-    exact = _exact_sum(x16)
-    err16 = abs(float(np.cumsum(x16, dtype=np.float16)[-1]) - exact)
-    assert err16 <= b16  # float16 arithmetic is within its own bound ...
-    assert err16 > b32  # ... and not within float32's
+    x = np.random.default_rng(4).uniform(0.0, 1.0, size=1000).astype(np.float32)
+    sum_abs = float(x.astype(np.float64).sum())
+    b32, b64 = core.summation_bound(1000, sum_abs), core.summation_bound(1000, sum_abs, np.float64)
+    assert b32 / b64 == pytest.approx(np.finfo(np.float32).eps / np.finfo(np.float64).eps)
+    exact = _exact_sum(x)
+    err32 = abs(float(np.cumsum(x, dtype=np.float32)[-1]) - exact)
+    err64 = abs(float(np.cumsum(x.astype(np.float64))[-1]) - exact)
+    assert err64 <= b64 and err32 <= b32
+    assert err32 > b64  # float32 arithmetic is not within float64's bound

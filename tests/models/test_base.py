@@ -47,23 +47,6 @@ def test_refuses_to_overwrite_foreign_or_different_dirs(tmp_path, tiny_base):
         models.ensure_base("tiny", out=tiny_base, seed=1)
 
 
-def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_base)
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "module m; endmodule"}]
-    text = tok.apply_chat_template(msgs, tokenize=False)
-    assert text == "<bos><|turn>user\nhi<turn|>\n<|turn>model\nmodule m; endmodule<turn|>\n"
-    prompt = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
-    assert prompt.endswith("<|turn>model\n")
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    assert ids[:2] == [models.SPECIAL_TOKEN_IDS["<bos>"], models.SPECIAL_TOKEN_IDS["<|turn>"]]
-    assert tok.decode(ids) == text
-    assert max(ids) < models.tiny().vocab_size
-    with pytest.raises(Exception, match="Unknown role"):
-        tok.apply_chat_template([{"role": "robot", "content": "x"}], tokenize=False)
-
-
 def test_cli_base_prints_the_directory(tmp_path, capsys):
     from cookbook.harness import main
 

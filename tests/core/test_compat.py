@@ -1,0 +1,123 @@
+"""cookbook.core compat: every reach into a dependency's private API still finds its target.
+
+When a pinned version moves (requirements.txt), this is the test that fails first, by
+name. The reaches themselves (a patched method, the listener list) are checked to undo
+exactly what they do.
+"""
+
+import inspect
+import types
+
+import jax
+import pytest
+
+from cookbook import core
+
+
+def test_every_private_name_is_where_the_pinned_versions_keep_it():
+    found = core.compat.check()
+    assert found and all(found.values()), [name for name, ok in found.items() if not ok]
+
+
+def test_the_checked_versions_are_the_installed_ones():
+    from importlib.metadata import version
+
+    for dist, checked in core.compat.CHECKED_VERSIONS.items():
+        assert version(dist) == checked, f"{dist} {version(dist)} installed, compat checked on {checked}"
+
+
+def test_tunix_loss_fn_is_the_trainers_loss():
+    loss = core.tunix_loss_fn()
+    assert callable(loss)
+    params = list(inspect.signature(loss).parameters)
+    assert params[:5] == ["model", "input_tokens", "input_mask", "positions", "attention_mask"]
+
+
+def _origin_message_while_tracing():
+    seen = []
+
+    def f(x):
+        seen.append(x._origin_msg())
+        return x
+
+    jax.make_jaxpr(f)(1.0)
+    return seen[0]
+
+
+def test_fast_abstract_tracing_blanks_the_message_and_restores_the_method():
+    from jax._src.interpreters import partial_eval as pe
+
+    original = pe.DynamicJaxprTracer._origin_msg
+    assert "while tracing" in _origin_message_while_tracing()
+    with core.fast_abstract_tracing():
+        assert pe.DynamicJaxprTracer._origin_msg is not original
+        assert _origin_message_while_tracing() == ""
+    assert pe.DynamicJaxprTracer._origin_msg is original
+    assert "while tracing" in _origin_message_while_tracing()
+
+
+def test_fast_abstract_tracing_restores_after_an_exception():
+    from jax._src.interpreters import partial_eval as pe
+
+    original = pe.DynamicJaxprTracer._origin_msg
+    with pytest.raises(RuntimeError, match="boom"), core.fast_abstract_tracing():
+        raise RuntimeError("boom")
+    assert pe.DynamicJaxprTracer._origin_msg is original
+
+
+def test_drop_scalar_listeners_removes_only_the_new_ones():
+    def old(*args, **kwargs):
+        pass
+
+    def new(*args, **kwargs):
+        pass
+
+    jax.monitoring.register_scalar_listener(old)
+    try:
+        before = core.scalar_listeners()
+        assert any(f is old for f in before)
+        before_copy = list(before)
+        jax.monitoring.register_scalar_listener(new)
+        assert before == before_copy  # a copy, not the live list
+        assert any(f is new for f in core.scalar_listeners())
+        core.drop_scalar_listeners_except(before)
+        now = core.scalar_listeners()
+        assert not any(f is new for f in now)
+        assert len(now) == len(before) and all(a is b for a, b in zip(now, before, strict=True))
+        seen = []
+        jax.monitoring.register_scalar_listener(lambda name, value, **kw: seen.append((name, value)))
+        core.drop_scalar_listeners_except(before)
+        jax.monitoring.record_scalar("/cookbook/test", 1.5)
+        assert seen == []  # a dropped listener is no longer called
+    finally:
+        jax.monitoring.unregister_scalar_listener(old)
+
+
+def test_last_buffered_train_loss():
+    assert core.last_buffered_train_loss(types.SimpleNamespace()) is None
+    assert core.last_buffered_train_loss(types.SimpleNamespace(_prev_buffered_train_metrics=None)) is None
+    empty = types.SimpleNamespace(loss=0.0, losses=[])
+    assert core.last_buffered_train_loss(types.SimpleNamespace(_prev_buffered_train_metrics=empty)) is None
+    step = types.SimpleNamespace(loss=jax.numpy.float32(2.25), losses=[2.5, 2.0])
+    got = core.last_buffered_train_loss(types.SimpleNamespace(_prev_buffered_train_metrics=step))
+    assert got == 2.25 and type(got) is float
+
+
+def test_tunix_activation_sharding_swaps_and_restores_tunix_shard(mesh_4x2):
+    import numpy as np
+    from tunix.models.gemma4 import model as gemma4_model
+    from tunix.utils import sharding_utils
+
+    saved = (gemma4_model.shard, sharding_utils.shard)
+    with core.tunix_activation_sharding(mesh_4x2):
+        assert gemma4_model.shard is sharding_utils.shard and gemma4_model.shard is not saved[0]
+        # The replacement constrains even on CPU devices.
+        y = jax.jit(lambda x: gemma4_model.shard(x * 2, ("fsdp", "tp")))(np.ones((8, 4), np.float32))
+        assert y.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tp")
+        assert np.array_equal(np.asarray(y), np.full((8, 4), 2.0))
+    assert (gemma4_model.shard, sharding_utils.shard) == saved
+    with core.tunix_activation_sharding(mesh_4x2, enabled=False):
+        assert (gemma4_model.shard, sharding_utils.shard) == saved
+    with pytest.raises(KeyError), core.tunix_activation_sharding(mesh_4x2):
+        raise KeyError("x")
+    assert (gemma4_model.shard, sharding_utils.shard) == saved

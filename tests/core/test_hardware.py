@@ -1,0 +1,133 @@
+"""cookbook.core hardware table: chips, slices, platforms, prices (sourced or unknown) and overrides."""
+
+import math
+
+import pytest
+
+from cookbook import core
+
+# The paper's on-demand list prices (arXiv 2605.25645), USD per hour for the whole machine.
+PAPER_ON_DEMAND = {"tpu-v5p-8": 16.80, "tpu-v6e-8": 21.52, "gpu-2xh100": 22.12}
+
+
+def test_every_slice_has_a_platform_and_a_price_row_per_kind():
+    rows = [(p.platform, p.pricing) for p in core.PRICES]
+    assert len(rows) == len(set(rows)) == len(core.PLATFORMS) * len(core.PRICING_KINDS)
+    for name, spec in core.SLICES.items():
+        platform = core.platform_of_slice(name)
+        assert platform == f"tpu-{name}" and core.platform_of_slice(spec) == platform
+        assert platform in core.PLATFORMS
+        assert core.PLATFORMS[platform].chips == spec.num_chips and core.PLATFORMS[platform].chip is spec.chip
+        for kind in core.PRICING_KINDS:
+            assert (platform, kind) in rows, (platform, kind)
+    assert "gpu-2xh100" in core.PLATFORMS
+    assert set(core.PLATFORMS) == {core.platform_of_slice(s) for s in core.SLICES} | {"gpu-2xh100"}
+
+
+def test_slices_agree_with_their_topology_and_cloud_names():
+    for name, s in core.SLICES.items():
+        chip, dims = s.topology.split(":")
+        assert chip == s.chip.name and math.prod(int(d) for d in dims.split("x")) == s.num_chips, name
+        # Cloud TPU names count TensorCores on v5p (2 per chip), chips on v5e/v6e.
+        cores = int(name.split("-")[1])
+        assert cores == (2 * s.num_chips if s.chip.name == "v5p" else s.num_chips), name
+        assert s.chips_per_host * s.num_hosts == s.num_chips
+    v5p8 = core.get_slice("v5p-8")
+    assert (v5p8.num_chips, v5p8.hbm_bytes, v5p8.bf16_flops) == (4, 4 * 95 * 10**9, 4 * 459e12)
+    assert core.get_slice(v5p8) is v5p8
+    assert "4 x TPU v5p" in v5p8.describe() and "1 host)" in v5p8.describe()
+    assert "4 hosts" in core.get_slice("v5p-32").describe()
+    with pytest.raises(ValueError, match="unknown TPU slice 'v7-8'.*v5p-8"):
+        core.get_slice("v7-8")
+    cpu = core.cpu_slice(8)
+    assert (cpu.name, cpu.num_chips, cpu.num_hosts, cpu.chip.device_kind) == ("cpu-8", 8, 1, "cpu")
+
+
+def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
+    sourced = {(p.platform, p.pricing): p for p in core.PRICES if p.known}
+    assert {k: p.usd_per_hour for k, p in sourced.items()} == {
+        (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()}
+    for p in sourced.values():
+        assert p.source == core.PAPER and p.as_of == core.PAPER_DATE
+    for name, usd in PAPER_ON_DEMAND.items():
+        assert core.get_price(name).usd_per_hour == usd
+    unknown = [p for p in core.PRICES if not p.known]
+    assert unknown and all(p.usd_per_hour is None and "unknown" in p.source for p in unknown)
+    assert all("gpus-pricing" in p.source for p in unknown if p.platform.startswith("gpu"))
+
+
+@pytest.mark.parametrize("platform,pricing", [("tpu-v5p-8", "spot"), ("tpu-v6e-16", "on_demand"),
+                                              ("gpu-2xh100", "cud_3y")])
+def test_an_unknown_price_raises_and_says_how_to_give_it(platform, pricing):
+    with pytest.raises(core.UnknownPriceError, match=rf"--price {platform}:{pricing}=USD_PER_HOUR"):
+        core.get_price(platform, pricing)
+    given = core.get_price(platform, pricing, overrides={f"{platform}:{pricing}": 7.5})
+    assert (given.usd_per_hour, given.as_of, given.source) == (7.5, "user", "given by the user")
+
+
+def test_get_price_of_an_unknown_platform_is_a_plain_value_error():
+    with pytest.raises(ValueError, match="unknown platform 'tpu-v9-8'") as e:
+        core.get_price("tpu-v9-8")
+    assert not isinstance(e.value, core.UnknownPriceError)
+
+
+def test_price_table_applies_overrides_and_keeps_everything_else():
+    base = {(p.platform, p.pricing): p for p in core.price_table()}
+    assert list(base.values()) == list(core.PRICES)
+    table = core.price_table({"tpu-v5p-8": 14.2, "gpu-2xh100:spot": 9})
+    by = {(p.platform, p.pricing): p for p in table}
+    assert len(table) == len(core.PRICES)
+    assert by["tpu-v5p-8", "on_demand"].usd_per_hour == 14.2  # no kind given: on demand
+    assert by["gpu-2xh100", "spot"].usd_per_hour == 9.0 and isinstance(by["gpu-2xh100", "spot"].usd_per_hour, float)
+    changed = {k for k in by if by[k] != base[k]}
+    assert changed == {("tpu-v5p-8", "on_demand"), ("gpu-2xh100", "spot")}
+    assert core.get_price("tpu-v5p-8").usd_per_hour == 16.80  # the table itself is untouched
+    with pytest.raises(ValueError, match="unknown 'tpu-v9-8'"):
+        core.price_table({"tpu-v9-8": 1.0})
+    with pytest.raises(ValueError, match="unknown 'tpu-v5p-8:weekly'"):
+        core.price_table({"tpu-v5p-8:weekly": 1.0})
+
+
+def test_parse_price_overrides():
+    assert core.parse_price_overrides(["tpu-v5p-8=14.2", "gpu-2xh100:spot=9.1", " tpu-v6e-8:cud_1y = 3"]) == {
+        "tpu-v5p-8:on_demand": 14.2, "gpu-2xh100:spot": 9.1, "tpu-v6e-8:cud_1y": 3.0}
+    assert core.parse_price_overrides([]) == {}
+    for bad, why in [("tpu-v5p-8", "PLATFORM\\[:PRICING\\]=USD_PER_HOUR"), ("tpu-v9-8=1", "tpu-v5p-8"),
+                     ("tpu-v5p-8:weekly=1", "on_demand, spot"), ("tpu-v5p-8=cheap", "'cheap' is not a number")]:
+        with pytest.raises(ValueError, match=why):
+            core.parse_price_overrides([bad])
+    parsed = core.parse_price_overrides(["tpu-v5p-8:spot=5"])
+    assert core.get_price("tpu-v5p-8", "spot", parsed).usd_per_hour == 5.0  # the two fit together
+
+
+def test_platform_figures_come_from_the_chip():
+    v6e8 = core.PLATFORMS["tpu-v6e-8"]
+    assert (v6e8.chips, v6e8.peak_bf16_tflops_per_chip, v6e8.hbm_gb_per_chip) == (8, 918.0, 32.0)
+    assert v6e8.chips * v6e8.peak_bf16_tflops_per_chip == 7344.0
+    v5p8 = core.PLATFORMS["tpu-v5p-8"]
+    assert (v5p8.chips, v5p8.peak_bf16_tflops_per_chip, v5p8.hbm_gb_per_chip) == (4, 459.0, 95.0)
+    gpu = core.PLATFORMS["gpu-2xh100"]
+    assert (gpu.chips, gpu.peak_bf16_tflops_per_chip, gpu.hbm_gb_per_chip) == (2, 989.0, 80.0)
+    for name, p in core.PLATFORMS.items():
+        assert p.name == name and p.peak_bf16_tflops_per_chip == p.chip.bf16_flops / 1e12
+
+
+@pytest.mark.parametrize("kind,chip", [
+    ("TPU v6 lite", "v6e"), ("TPU v5", "v5p"), ("TPU v5 lite", "v5e"), ("tpu v5 LITE", "v5e"),
+    ("TPU v5p", "v5p"), ("TPU v6e", "v6e"), ("NVIDIA H100 80GB HBM3", "h100"), ("H100 PCIe", "h100"),
+    ("cpu", None), ("TPU v4", None), ("NVIDIA A100-SXM4-40GB", None),
+])
+def test_chip_of_device_kind(kind, chip):
+    assert core.chip_of(kind) == chip
+
+
+def test_every_chip_is_found_by_its_own_device_kind():
+    for name, spec in core.CHIPS.items():
+        assert core.chip_of(spec.device_kind) == name
+
+
+def test_paper_training_runs_are_consistent():
+    assert set(core.PAPER_TRAINING_RUNS) <= set(core.PLATFORMS)
+    for name, run in core.PAPER_TRAINING_RUNS.items():
+        tokens = run["train_tokens_per_s"] * run["train_hours"] * 3600
+        assert tokens == pytest.approx(run["train_tokens_millions"] * 1e6, rel=0.01), name
