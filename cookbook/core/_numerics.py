@@ -108,4 +108,4 @@ def summation_bound(n_terms: int, sum_abs: float, dtype: Any = np.float32) -> fl
     product) once. For checks whose exact value is known in closed form: a reduction over a
     device mesh may add in any order.
     """
-    return float(n_terms * np.finfo(dtype).eps * sum_abs)
+    return float(n_terms) * float(np.finfo(dtype).eps) * float(sum_abs)  # in float64, whatever dtype

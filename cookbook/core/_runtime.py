@@ -61,8 +61,10 @@ def to_jsonable(value: Any) -> Any:
         value = value.item()
     if isinstance(value, np.ndarray):
         return to_jsonable(value.tolist())
-    if hasattr(value, "dtype") and hasattr(value, "shape") and value.shape == ():
-        return to_jsonable(np.asarray(value).item())  # a JAX or torch scalar
+    if hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "__array__"):
+        # a JAX or torch array or scalar (torch: detached, on the host)
+        arr = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
+        return to_jsonable(arr.item() if arr.shape == () else arr.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if hasattr(value, "to_dict") and callable(value.to_dict):

@@ -98,6 +98,9 @@ def build_tokenizer(vocab_size: int = 1024):
 
     Returns a ``transformers.PreTrainedTokenizerFast`` with Gemma 4's special tokens and
     chat template. Deterministic: the same ``vocab_size`` always gives the same tokenizer.
+    ``vocab_size`` is an upper bound: the small built-in corpus runs out of merges at 930
+    tokens, so for the random presets (embedding of 1,024 rows) ids 930-1023 exist in the
+    model but no text encodes to them; nothing in the cookbook samples or trains on them.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

@@ -4,7 +4,7 @@
 mounted read-only, tensor-parallel size from the model's heads, fp8 KV cache as in the
 paper, 127.0.0.1 unless asked otherwise); :func:`write_tpu_script` wraps it in a start
 script that waits for ``/health``; :func:`parse_tpu_args` runs the flags through vLLM's own
-argument parser (``tests/serve/test_serve.py`` does, on CPU).
+argument parser (``tests/serve/test_tpu.py`` does, on CPU).
 """
 
 from __future__ import annotations

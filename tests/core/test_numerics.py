@@ -165,3 +165,12 @@ def test_summation_bound_scales_with_the_dtype():
     err64 = abs(float(np.cumsum(x.astype(np.float64))[-1]) - exact)
     assert err64 <= b64 and err32 <= b32
     assert err32 > b64  # float32 arithmetic is not within float64's bound
+
+
+def test_summation_bound_is_computed_in_float64_for_any_dtype():
+    import numpy as np
+
+    from cookbook import core
+
+    # float16's own arithmetic would overflow to inf here; the bound is a float64 quantity.
+    assert core.summation_bound(10**4, 1e4, np.float16) == pytest.approx(10**4 * 2.0**-10 * 1e4)

@@ -87,3 +87,13 @@ def test_to_jsonable_converts_jax_scalars():
 def test_to_jsonable_refuses_what_it_cannot_store(value, name):
     with pytest.raises(TypeError, match=rf"cannot store a {name} as JSON"):
         core.to_jsonable(value)
+
+
+def test_to_jsonable_takes_jax_and_torch_arrays_of_any_rank():
+    import jax.numpy as jnp
+    import torch
+
+    from cookbook import core
+
+    assert core.to_jsonable({"j": jnp.arange(3), "t": torch.tensor([[1.5, 2.0]]), "s": jnp.float32(2.5)}) == {
+        "j": [0, 1, 2], "t": [[1.5, 2.0]], "s": 2.5}
