@@ -233,7 +233,7 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
     expected = models.expected_hf_shapes(p, "model.")
     covered = {}
     for pair in pairs:
-        for hf in lora.TUNIX_TO_HF[pair.module]:
+        for hf in lora.TUNIX_TO_HF_MODULES[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
             covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge.hf_module_shape(pair, hf)
