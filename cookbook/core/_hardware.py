@@ -67,6 +67,16 @@ CHIPS: dict[str, ChipSpec] = {
         hbm_bytes=80 * 10**9,
         hbm_bytes_per_s=3350e9,
     ),
+    # H200 SXM: the H100's Hopper compute (same dense bf16 peak) with 141 GB of HBM3e at
+    # 4.8 TB/s (vendor datasheet); the GPU benchmarks' MFU denominator where one is lent.
+    # Matched by its exact device kind only: the H200 NVL has lower clocks.
+    "h200": ChipSpec(
+        name="h200",
+        device_kind="NVIDIA H200",
+        bf16_flops=989e12,
+        hbm_bytes=141 * 10**9,
+        hbm_bytes_per_s=4800e9,
+    ),
 }
 
 

@@ -23,6 +23,7 @@ from cookbook.fit._plan import (  # noqa: F401
     lower_train_step,
     plan,
     plan_cache_path,
+    plan_optimizer,
     preset_for,
     tpu_devices,
 )

@@ -91,7 +91,12 @@ def abstract_lora_model(config: PlanConfig, preset: models.ModelPreset, mesh):
     return graphdef, lora_abs, rest_abs, lora_count
 
 
-def make_optimizer(config: PlanConfig):
+def plan_optimizer(config: PlanConfig):
+    """The optimizer the planner compiles: AdamW at the config's learning rate and weight decay.
+
+    Public so that a measurement can run the planner's compiled step on real state
+    (``benchmarks/train_step_bench.py``: ``plan_optimizer(config).init(lora_state)``).
+    """
     import optax
 
     return optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
@@ -122,7 +127,7 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
     from cookbook.fit import _sharding as sharding
 
     graphdef, lora_abs, rest_abs, lora_count = abstract_lora_model(config, preset, mesh)
-    tx = make_optimizer(config)
+    tx = plan_optimizer(config)
     opt_abs = sharding.abstract_optimizer_state(tx, lora_abs, mesh)
     batch_abs = abstract_batch(config.batch_size, config.seq_len, mesh)
     step = step_lib.make_train_step(graphdef, tx)

@@ -115,6 +115,7 @@ def test_platform_figures_come_from_the_chip():
 @pytest.mark.parametrize("kind,chip", [
     ("TPU v6 lite", "v6e"), ("TPU v5", "v5p"), ("TPU v5 lite", "v5e"), ("tpu v5 LITE", "v5e"),
     ("TPU v5p", "v5p"), ("TPU v6e", "v6e"), ("NVIDIA H100 80GB HBM3", "h100"), ("H100 PCIe", "h100"),
+    ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", None),  # NVL: lower clocks, not the SXM figures
     ("cpu", None), ("TPU v4", None), ("NVIDIA A100-SXM4-40GB", None),
 ])
 def test_chip_of_device_kind(kind, chip):
