@@ -9,6 +9,7 @@ across processes. The slices themselves are the hardware table's (``cookbook.cor
 from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
 from cookbook.mesh._distributed import (  # noqa: F401
     DistributedInfo,
+    check_same_everywhere,
     initialize_distributed,
     run_local_multiprocess,
     sharded_checksum,
