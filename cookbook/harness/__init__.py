@@ -12,8 +12,6 @@ from cookbook.harness._demo import (  # noqa: F401
     run_demo,
 )
 from cookbook.harness._demo import register_cli as register_demo_cli  # noqa: E402, F401, I001
-from cookbook.harness._launch import launch, process_env  # noqa: E402, F401, I001
-from cookbook.harness._launch import register_cli as register_launch_cli  # noqa: E402, F401, I001
 from cookbook.harness._record import (  # noqa: F401
     load_results,
     parameter_form,

@@ -14,6 +14,8 @@ from cookbook.mesh._distributed import (  # noqa: F401
     run_local_multiprocess,
     sharded_checksum,
 )
+from cookbook.mesh._launch import launch_local, process_env  # noqa: E402, F401, I001
+from cookbook.mesh._launch import register_cli as register_launch_cli  # noqa: E402, F401, I001
 from cookbook.mesh._mesh import (  # noqa: F401
     MeshAxisRule,
     MeshChoice,
@@ -26,4 +28,4 @@ from cookbook.mesh._mesh import (  # noqa: F401
     validate_mesh,
 )
 from cookbook.mesh._runtime import Runtime, detect_runtime  # noqa: F401
-from cookbook.mesh._tables import plot_slices, slice_table  # noqa: E402, F401, I001
+from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table  # noqa: E402, F401, I001

@@ -54,3 +54,24 @@ def pod_commands(config: TrainConfig, *, slice_name: str, tpu_name: str = "my-tp
         f"# Watch: tensorboard --logdir gs://{bucket}/runs/{run_name}/tensorboard",
     ]
     return "\n".join(lines)
+
+
+def train_on_local_processes(config: TrainConfig, out: str, *, processes: int = 2, devices_per_process: int = 4,
+                             timeout_s: float = 900.0) -> dict:
+    """Train ``config`` as ``processes`` hosts would, on this machine (``cookbook launch``).
+
+    Each process gets ``devices_per_process`` fake CPU devices; the mesh is
+    :func:`cookbook.mesh.choose_mesh`'s over all of them. Returns the exit code, the run
+    directory and its summary (process 0's).
+    """
+    import json
+    from pathlib import Path
+
+    choice = mesh_lib.choose_mesh(config.preset, processes * devices_per_process, config.data.batch_size)
+    on_hosts = dataclasses.replace(config, mesh_fsdp=choice.fsdp, mesh_tp=choice.tp)
+    argv = shlex.split(cli_command(on_hosts, out=str(out)))[1:]  # drop "cookbook"
+    code = mesh_lib.launch_local(argv, processes=processes, devices_per_process=devices_per_process,
+                                 timeout_s=timeout_s)
+    summary = Path(out) / "summary.json"
+    return {"returncode": code, "run_dir": str(out), "mesh": [choice.fsdp, choice.tp],
+            "summary": json.loads(summary.read_text()) if summary.is_file() else None, "command": argv}

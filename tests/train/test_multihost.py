@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cookbook import harness, train
+from cookbook import mesh, train
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = ["--max-steps", "6", "--warmup-steps", "2", "--eval-every", "3", "--checkpoint-every", "3"]
@@ -54,9 +54,9 @@ def _update_diff(a: dict, b: dict, start: dict) -> float:
 def runs(tmp_path_factory, tiny_base):
     root = tmp_path_factory.mktemp("multihost")
     out = {}
-    for name, mesh, procs in (("one", "4x2", 1), ("control", "8x1", 1), ("two", "4x2", 2)):
+    for name, layout, procs in (("one", "4x2", 1), ("control", "8x1", 1), ("two", "4x2", 2)):
         t0 = time.perf_counter()
-        done = _train(root / name, mesh, processes=procs)
+        done = _train(root / name, layout, processes=procs)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out[name] = {"dir": root / name, "seconds": time.perf_counter() - t0, "stdout": done.stdout}
     return out
@@ -169,6 +169,6 @@ def test_processes_that_disagree_and_an_unreachable_coordinator_are_named():
 
 def test_launcher_stops_everyone_when_one_process_fails(capsys):
     # `cost --price` with a bad value fails at once in every process: the launcher names one.
-    rc = harness.launch(["cost", "--price", "nope"], processes=2, devices_per_process=1, timeout_s=120)
+    rc = mesh.launch_local(["cost", "--price", "nope"], processes=2, devices_per_process=1, timeout_s=120)
     out = capsys.readouterr().out
     assert rc == 2 and "[launch] process" in out and "exited with code 2" in out and "bad price override" in out

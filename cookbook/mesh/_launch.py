@@ -70,7 +70,7 @@ class _quiet:
         return kind is not None and issubclass(kind, ProcessLookupError | PermissionError)
 
 
-def launch(command: Sequence[str], *, processes: int = 2, devices_per_process: int = 4,
+def launch_local(command: Sequence[str], *, processes: int = 2, devices_per_process: int = 4,
            timeout_s: float = 1800.0, grace_s: float = 10.0, out=None) -> int:
     """Run ``cookbook <command>`` in ``processes`` local JAX processes; their exit status.
 
@@ -149,7 +149,7 @@ def register_cli(sub) -> None:
 def _cli(args) -> int:
     command = [a for a in args.cookbook_command if a != "--"]
     try:
-        return launch(command, processes=args.processes, devices_per_process=args.devices_per_process,
+        return launch_local(command, processes=args.processes, devices_per_process=args.devices_per_process,
                       timeout_s=args.timeout)
     except ValueError as e:
         print(f"cookbook launch: {e}", file=sys.stderr)
