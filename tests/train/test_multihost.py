@@ -66,7 +66,7 @@ def runs(tmp_path_factory, tiny_base):
 def test_two_processes_train_what_one_process_trains(runs):
     # One recipe, one summary, metrics written once (process 0).
     two = runs["two"]["dir"]
-    assert (two / "summary.json").is_file() and train.checkpoint_steps(two) == [3, 6]
+    assert (two / "summary.json").is_file() and {3, 6} <= set(train.checkpoint_steps(two))
     lines = [json.loads(x) for x in (two / "metrics.jsonl").read_text().splitlines()]
     keys = [(r["name"], r["step"]) for r in lines]
     assert len(keys) == len(set(keys)) and ("train/loss", 6) in keys
@@ -111,7 +111,7 @@ def test_killed_process_stops_the_job_and_a_rerun_resumes_exactly(runs, tmp_path
     assert not (out / "summary.json").exists()
     done = subprocess.run(cmd, cwd=REPO, env=_env(4), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]
-    assert "Resuming" in done.stdout and train.checkpoint_steps(out) == [3, 6]
+    assert "Resuming" in done.stdout and {3, 6} <= set(train.checkpoint_steps(out))
     assert not [p for p in (out / "checkpoints").iterdir() if not p.name.isdigit()]  # no half-written step
     got = train.lora_arrays(train.restore_lora_model(out))
     want = train.lora_arrays(train.restore_lora_model(runs["two"]["dir"]))
