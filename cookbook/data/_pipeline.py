@@ -71,24 +71,21 @@ def _from_packed(features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def build_dataset(examples: Sequence[Example], config: DataConfig, *, num_epochs: int | None = None):
     """The Grain pipeline for this process: shard, shuffle per epoch, pad or pack, batch.
 
-    Returns a ``grain.IterDataset`` of host (numpy) batches of ``batch_size //
-    process_count`` rows with the fields of :data:`BATCH_FIELDS`.
+    Returns a ``grain.IterDataset`` of host (numpy) batches with the fields of
+    :data:`BATCH_FIELDS`: global batches of ``batch_size`` rows (``process_split="rows"``;
+    :func:`shard_batch` feeds each process its rows), or this process's ``batch_size //
+    process_count`` rows of its own slice of the data (``"records"``).
     """
     import grain
     import jax
 
     process_count, process_index = jax.process_count(), jax.process_index()
-    if config.batch_size % process_count:
-        raise ValueError(
-            f"batch_size={config.batch_size} does not divide over {process_count} JAX processes; "
-            f"use a multiple of {process_count}"
-        )
-    local_batch = config.batch_size // process_count
+    check_process_split(config, len(examples), process_count)
+    local_batch = config.batch_size
     ds = grain.MapDataset.source(list(examples))
-    if process_count > 1:
+    if process_count > 1 and config.process_split == "records":
         ds = ds[process_index::process_count]
-    if len(ds) == 0:
-        raise DataError(f"process {process_index} got no examples ({len(examples)} in all)")
+        local_batch = config.batch_size // process_count
     ds = ds.map(_as_features)
     if config.shuffle:
         ds = ds.seed(config.seed).shuffle()  # a new order every epoch
@@ -165,7 +162,8 @@ class TrainIterator(Iterator[dict]):
         self.step += 1
         if self._mesh is None:
             return batch
-        return shard_batch(batch, self._mesh, self._config.data_axis)
+        return shard_batch(batch, self._mesh, self._config.data_axis,
+                           global_rows=self._config.process_split == "rows")
 
     def close(self) -> None:
         """Stop Grain's prefetch thread (also done at interpreter exit)."""
@@ -182,12 +180,48 @@ class TrainIterator(Iterator[dict]):
         self.step = int(state["step"])
 
 
-def shard_batch(batch: dict[str, np.ndarray], mesh, data_axis: str = "fsdp") -> dict:
-    """Host batch (this process's rows) -> global arrays sharded along ``data_axis``."""
+def check_process_split(config: DataConfig, num_examples: int, process_count: int) -> None:
+    """Refuse, before any step, data that cannot be split over ``process_count`` processes."""
+    if config.batch_size % process_count:
+        raise DataError(f"batch_size={config.batch_size} does not divide over {process_count} JAX processes; "
+                        f"use a multiple of {process_count}")
+    if num_examples < process_count:
+        raise DataError(f"{num_examples} usable rows for {process_count} JAX processes: every process needs at "
+                        "least one; give more data or fewer processes")
+    if config.process_split == "records" and num_examples // process_count < 1:
+        raise DataError(f"process_split='records' leaves a process without rows ({num_examples} rows, "
+                        f"{process_count} processes)")
+
+
+def process_rows(batch_size: int, mesh, data_axis: str = "fsdp") -> slice:
+    """The rows of a global batch that this process's devices hold (sharded on ``data_axis``)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     sharding = NamedSharding(mesh, PartitionSpec(data_axis))
+    spans = {idx[0].indices(batch_size)[:2] for idx in sharding.addressable_devices_indices_map((batch_size,)).values()}
+    start, stop = min(a for a, _ in spans), max(b for _, b in spans)
+    covered = sum(b - a for a, b in spans)
+    if covered != stop - start and len(spans) > 1 and jax.process_count() > 1:
+        raise ValueError(f"this process's devices hold non-contiguous rows {sorted(spans)} of the batch: build the "
+                         "mesh from jax.devices() in order (cookbook.mesh.make_mesh does)")
+    return slice(start, stop)
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh, data_axis: str = "fsdp", *, global_rows: bool = True) -> dict:
+    """Host batch -> global arrays sharded along ``data_axis``.
+
+    ``global_rows``: ``batch`` is the whole global batch (every process has it) and this
+    process feeds only its rows; else ``batch`` is already this process's rows.
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(mesh, PartitionSpec(data_axis))
+    if global_rows and jax.process_count() > 1:
+        n = len(next(iter(batch.values())))
+        rows = process_rows(n, mesh, data_axis)
+        return {k: jax.make_array_from_process_local_data(sharding, v[rows], v.shape) for k, v in batch.items()}
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
@@ -209,8 +243,9 @@ def make_train_iter(
       config: :class:`DataConfig`.
       mesh: shard batches along ``config.data_axis`` of this mesh (None: numpy batches).
       num_epochs: passes over the data (None: forever; the trainer's max_steps stops it).
-        On a multi-host slice keep None: with packing, processes can pack their slices
-        into different numbers of batches, and one running out first would stall the rest.
+        With ``process_split="records"`` on several hosts keep None: with packing,
+        processes can pack their slices into different numbers of batches, and one running
+        out first would stall the rest.
       start_step: skip this many batches, to resume a run with the same order. (Tunix's
         ``PeftTrainer`` restoring a checkpoint already skips the batches it has trained
         on when given a fresh iterator: do not skip twice.)

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpu-recipe": ("cookbook.gpu", "write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective"),
     "cost": ("cookbook.cost", "training + serving cost, TPU against the GPU baseline"),
     "demo": ("cookbook.harness", "run every notebook end to end on the tiny default; write a report"),
+    "launch": ("cookbook.mesh", "run a cookbook command in several local JAX processes (a multi-host slice here)"),
 }
 
 

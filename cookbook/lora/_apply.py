@@ -176,6 +176,7 @@ def apply_lora(
       LoraCoverageError: the targets match nothing / only some layers.
       LoraApplicationError: the LoRA parameter count is not the expected one.
     """
+    import jax
     import qwix
     from flax import nnx
 
@@ -195,9 +196,10 @@ def apply_lora(
     )
     try:
         with mesh if mesh is not None else contextlib.nullcontext():
-            lora_model = qwix.apply_lora_to_model(
-                model, provider, rngs=nnx.Rngs(seed), **dummy_inputs(mesh)
-            )
+            if jax.process_count() == 1:
+                lora_model = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **dummy_inputs(mesh))
+            else:
+                lora_model = _apply_lora_jitted(model, provider, seed, mesh)
     finally:
         for cfg, old in zip(models.tunix_configs(model), previous, strict=False):
             cfg.remat_config = old
@@ -220,6 +222,30 @@ def apply_lora(
             )
             + f"Qwix module_path was {module_path!r}."
         )
+    return lora_model
+
+
+def _apply_lora_jitted(model, provider, seed: int, mesh):
+    """Qwix's initialising call under ``nnx.jit``: for a model sharded over several processes.
+
+    Eagerly, Tunix's attention unpacks K and V from one array, which JAX allows only for
+    arrays this process holds whole; traced, it is an ordinary slice. The adapters Qwix
+    creates inside the call come out of the jit with the same values as the eager call's
+    (the same RNG keys, checked in the tests).
+    """
+    import qwix
+    from flax import nnx
+
+    lora_model = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), skip_nnx_init=True)
+    lora_model.set_attributes(qwix_rngs=nnx.Rngs(seed), disable_quant_stats_update=True, raise_if_not_found=False)
+    inputs = dummy_inputs(mesh)
+
+    @nnx.jit
+    def first_call(m, tokens, positions, attention_mask):
+        m(tokens, positions, None, attention_mask)
+
+    first_call(lora_model, inputs["tokens"], inputs["positions"], inputs["attention_mask"])
+    lora_model.set_attributes(disable_quant_stats_update=False, qwix_rngs=None, raise_if_not_found=False)
     return lora_model
 
 

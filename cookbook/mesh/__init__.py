@@ -9,10 +9,13 @@ across processes. The slices themselves are the hardware table's (``cookbook.cor
 from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
 from cookbook.mesh._distributed import (  # noqa: F401
     DistributedInfo,
+    check_same_everywhere,
     initialize_distributed,
     run_local_multiprocess,
     sharded_checksum,
 )
+from cookbook.mesh._launch import launch_local, process_env  # noqa: E402, F401, I001
+from cookbook.mesh._launch import register_cli as register_launch_cli  # noqa: E402, F401, I001
 from cookbook.mesh._mesh import (  # noqa: F401
     MeshAxisRule,
     MeshChoice,
@@ -25,4 +28,4 @@ from cookbook.mesh._mesh import (  # noqa: F401
     validate_mesh,
 )
 from cookbook.mesh._runtime import Runtime, detect_runtime  # noqa: F401
-from cookbook.mesh._tables import plot_slices, slice_table  # noqa: E402, F401, I001
+from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table  # noqa: E402, F401, I001

@@ -45,6 +45,7 @@ def initialize_distributed(
     process_id: int | None = None,
     *,
     local_device_ids: list[int] | None = None,
+    timeout_s: int | None = None,
 ) -> DistributedInfo:
     """Join a multi-host JAX job; a no-op on one host. Call before anything touches devices.
 
@@ -57,7 +58,9 @@ def initialize_distributed(
     * Otherwise (CPU, GPU without arguments) nothing happens.
 
     Every host runs the same program; afterwards ``jax.devices()`` lists all chips of the
-    slice and a mesh built from them is global.
+    slice and a mesh built from them is global. ``timeout_s`` (default
+    ``$COOKBOOK_DISTRIBUTED_TIMEOUT`` or 300) bounds the wait for the other processes; a
+    coordinator that cannot be reached in that time is an error naming it.
     """
     import jax
 
@@ -83,12 +86,26 @@ def initialize_distributed(
             )
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process_id={process_id} is outside [0, {num_processes})")
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=num_processes,
-            process_id=process_id,
-            local_device_ids=local_device_ids,
-        )
+        timeout_s = int(timeout_s or os.environ.get("COOKBOOK_DISTRIBUTED_TIMEOUT", 300))
+        if process_id != 0:
+            # JAX's client aborts the whole process (no Python exception) when it cannot reach
+            # the coordinator: check first, so the error can say what to fix.
+            _wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
+        try:
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=num_processes,
+                process_id=process_id,
+                local_device_ids=local_device_ids,
+                initialization_timeout=timeout_s,
+            )
+        except Exception as e:  # jax raises XlaRuntimeError / RuntimeError with a long log
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise RuntimeError(
+                f"process {process_id} of {num_processes} could not join the job at {coordinator} within "
+                f"{timeout_s} s ({reason}). Check that process 0 runs, that HOST:PORT is its address and "
+                "reachable from here, and that every process was started with the same --num-processes."
+            ) from None
         mode = "explicit"
     elif _tpu_pod_env() or _on_tpu_host():
         # JAX finds the pod's coordinator and this host's id itself (GKE environment
@@ -113,6 +130,52 @@ def initialize_distributed(
         process_count=jax.process_count(),
         process_index=jax.process_index(),
     )
+
+
+def _wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_processes: int) -> None:
+    """Wait until something accepts TCP connections at ``address`` (process 0's coordinator)."""
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"coordinator {address!r}: write HOST:PORT, e.g. 10.0.0.2:8476")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(5.0, timeout_s)):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"process {process_id} of {num_processes} could not join the job at {address} within "
+                    f"{timeout_s:g} s ({e.strerror or e}). Check that process 0 runs, that HOST:PORT is its "
+                    "address and reachable from here, and that every process was started with the same "
+                    "--num-processes."
+                ) from None
+            time.sleep(0.5)
+
+
+def check_same_everywhere(payload: str, what: str = "config") -> None:
+    """Raise on every process unless all processes hold the same ``payload`` (e.g. a config).
+
+    A multi-process job where hosts run different settings (another flag, another data
+    file) fails in confusing ways deep inside a collective; this compares a hash first.
+    """
+    import hashlib
+
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() == 1:
+        return
+    digest = np.frombuffer(hashlib.sha256(payload.encode()).digest()[:8], dtype=np.int64).copy()
+    everyone = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count())
+    differ = [i for i, d in enumerate(everyone) if d != everyone[0]]
+    if differ:
+        raise ValueError(f"the processes disagree on the {what}: processes {differ} differ from process 0. "
+                         "Start every process with the same command and data (cookbook launch does).")
 
 
 def sharded_checksum(mesh, size: int = 1024) -> dict[str, Any]:

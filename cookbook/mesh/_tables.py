@@ -36,3 +36,25 @@ def plot_slices(rows: list[dict[str, Any]], max_chips: int = 16):
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     return fig
+
+
+def slice_meshes(preset, slices: list[str], batch: int) -> list[dict[str, Any]]:
+    """The mesh ``choose_mesh`` picks for ``preset`` on each slice, and how the hosts share it.
+
+    On a multi-host slice every host runs the same program and feeds its rows of each global
+    batch: ``rows_per_host`` = batch / hosts (the batch must divide by fsdp, hence by hosts).
+    """
+    from cookbook.mesh._mesh import MeshError, choose_mesh
+
+    rows = []
+    for name in slices:
+        s = core.get_slice(name)
+        row = {"slice": s.name, "hosts": s.num_hosts, "chips": s.num_chips, "chips/host": s.chips_per_host,
+               "batch": batch}
+        try:
+            c = choose_mesh(preset, s, batch)
+            row.update(mesh=f"{c.fsdp} x {c.tp}", rows_per_host=batch // s.num_hosts)
+        except MeshError as e:
+            row.update(mesh="-", rows_per_host=None, note=str(e).split(": ", 1)[-1][:120])
+        rows.append(row)
+    return rows

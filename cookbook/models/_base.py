@@ -57,21 +57,28 @@ def ensure_base(
     if p.hf_checkpoint is not None:
         return _download(p, out)
     target = Path(out) if out is not None else default_base_dir(p, seed)
-    if is_complete(target):
-        recorded = json.loads((target / _COMPLETE).read_text())
-        wanted = _build_record(p, seed, num_shards)
-        if recorded != wanted:
-            raise FileExistsError(
-                f"{target} holds a different base checkpoint ({recorded}); asked for {wanted}. "
-                "Pick another --out or delete that directory."
-            )
-        return target
-    if target.exists() and any(target.iterdir()):
+    if not is_complete(target):
+        # Several processes may ask at once (the hosts of a local multi-process job, two
+        # notebooks): one builds, the others wait and find it complete.
+        import fcntl
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.with_name(f".{target.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not is_complete(target):
+                if target.exists() and any(target.iterdir()):
+                    raise FileExistsError(
+                        f"{target} exists, is not empty and is not a finished cookbook base checkpoint; "
+                        "refusing to overwrite it. Choose another --out or remove it."
+                    )
+                build_random_base(p, target, seed=seed, num_shards=num_shards)
+    recorded = json.loads((target / _COMPLETE).read_text())
+    wanted = _build_record(p, seed, num_shards)
+    if recorded != wanted:
         raise FileExistsError(
-            f"{target} exists, is not empty and is not a finished cookbook base checkpoint; "
-            "refusing to overwrite it. Choose another --out or remove it."
+            f"{target} holds a different base checkpoint ({recorded}); asked for {wanted}. "
+            "Pick another --out or delete that directory."
         )
-    build_random_base(p, target, seed=seed, num_shards=num_shards)
     return target
 
 

@@ -1,19 +1,18 @@
 """Stage 06: LoRA fine-tuning with Tunix's PeftTrainer, Orbax checkpoints, the run cache, evaluation."""
 
-from cookbook.train._cli import (  # noqa: F401
-    CLI_FLAGS,
-    cli_command,
-    config_from_args,
-)
+from cookbook.train._cli import config_from_args  # noqa: F401
 from cookbook.train._cli import register_cli as register_train_cli  # noqa: F401
 from cookbook.train._config import (  # noqa: F401
+    CLI_FLAGS,
     TRAIN_PRESETS,
     TrainConfig,
+    cli_command,
     describe_configs,
     make_optimizer,
     train_preset,
 )
 from cookbook.train._evaluate import evaluate  # noqa: F401
+from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: E402, F401, I001
 from cookbook.train._runs import (  # noqa: F401
     RECIPE_VERSION,
     build_lora_model,

@@ -7,59 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cookbook import core, models
 from cookbook import data as data_lib
-from cookbook import models
-from cookbook.train._config import TRAIN_PRESETS, TrainConfig, train_preset
+from cookbook import mesh as mesh_lib
+from cookbook.train._config import CLI_FLAGS, TRAIN_PRESETS, TrainConfig, train_preset
 from cookbook.train._evaluate import evaluate
+from cookbook.train._pod import pod_commands
 from cookbook.train._runs import eval_rows, load_tokenizer, resolve_base_dir, restore_lora_model
 from cookbook.train._trainer import NonFiniteLossError, train
-
-# The overridable settings: (TrainConfig field path, flag, type, help). One table builds the
-# parser, reads the parsed flags back into a config, and writes a config as a command line.
-CLI_FLAGS: tuple[tuple[str, str, type, str], ...] = (
-    ("max_steps", "--max-steps", int, "optimizer steps"),
-    ("learning_rate", "--lr", float, "peak learning rate"),
-    ("warmup_steps", "--warmup-steps", int, "linear warm-up steps from 0"),
-    ("weight_decay", "--weight-decay", float, "AdamW weight decay"),
-    ("grad_accum_steps", "--grad-accum", int, "micro-batches per optimizer step"),
-    ("max_grad_norm", "--clip", float, "global-norm gradient clipping"),
-    ("eval_every_steps", "--eval-every", int, "eval loss every N steps"),
-    ("checkpoint_every_steps", "--checkpoint-every", int, "Orbax checkpoint every N steps"),
-    ("seed", "--seed", int, "LoRA initialisation and data-order seed"),
-    ("remat", "--remat", str, "remat choice: " + ", ".join(models.REMAT_CHOICES)),
-    ("lora.rank", "--rank", int, "LoRA rank"),
-    ("lora.alpha", "--alpha", float, "LoRA alpha"),
-    ("lora.dropout", "--dropout", float, "LoRA dropout"),
-    ("data.seq_len", "--seq-len", int, "tokens per row"),
-    ("data.batch_size", "--batch-size", int, "rows per micro-batch (global)"),
-)
-
-
-def _get(d: dict[str, Any], path: str) -> Any:
-    for k in path.split("."):
-        d = d[k]
-    return d
-
-
-def cli_command(config: TrainConfig, *, out: str, data: str | None = None) -> str:
-    """The ``cookbook train`` command line that runs ``config`` (flags only where it differs
-    from its preset's recipe)."""
-    recipe_cfg = train_preset(config.model_preset).to_dict()
-    mine = config.to_dict()
-    parts = ["cookbook", "train", "--preset", config.model_preset]
-    for path, flag, _, _ in CLI_FLAGS:
-        a, b = _get(mine, path), _get(recipe_cfg, path)
-        if a != b and a is not None:
-            parts += [flag, str(a)]
-    if not config.data.packing:
-        parts.append("--no-packing")
-    if recipe_cfg["flash_attention"] and not config.flash_attention:
-        parts.append("--no-flash")
-    if (config.mesh_fsdp, config.mesh_tp) != (recipe_cfg["mesh_fsdp"], recipe_cfg["mesh_tp"]):
-        parts += ["--mesh", f"{config.mesh_fsdp}x{config.mesh_tp}"]
-    if data or config.train_data:
-        parts += ["--data", data or str(config.train_data)]
-    return " ".join([*parts, "--out", out])
 
 
 def register_cli(sub) -> None:
@@ -89,6 +44,17 @@ def register_cli(sub) -> None:
     p.add_argument("--mesh", default=None, help="FSDPxTP, e.g. 1x4 (default: the recipe's)")
     p.add_argument("--eval-accuracy", type=int, default=0, metavar="N",
                    help="after training, greedy exact match on N held-out rows")  # fmt: skip
+    g = p.add_argument_group("several hosts (JAX multi-controller; a TPU VM pod needs none of these)")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="process 0's address (or $COOKBOOK_COORDINATOR); with --num-processes and --process-id")
+    g.add_argument("--num-processes", type=int, default=None, help="processes in the job (or $COOKBOOK_NUM_PROCESSES)")
+    g.add_argument("--process-id", type=int, default=None, help="this process's id (or $COOKBOOK_PROCESS_ID)")
+    g.add_argument("--print-pod-command", action="store_true",
+                   help="print the gcloud commands and bucket layout that train this config on --slice, and exit")
+    g.add_argument("--slice", default="v5p-32", help=f"with --print-pod-command: a slice ({', '.join(core.SLICES)})")
+    g.add_argument("--tpu-name", default="my-tpu", help="with --print-pod-command: the TPU VM's name")
+    g.add_argument("--zone", default="us-east5-a", help="with --print-pod-command: its zone")
+    g.add_argument("--bucket", default="my-bucket", help="with --print-pod-command: the run directory's bucket")
     p.set_defaults(func=_cli)
 
 
@@ -138,15 +104,31 @@ def _cli(args) -> int:
 
     try:
         config = config_from_args(args)
+        if args.print_pod_command:
+            print(pod_commands(config, slice_name=args.slice, tpu_name=args.tpu_name, zone=args.zone,
+                               bucket=args.bucket, run_name=Path(args.out).name if args.out else "run"))
+            return 0
+        if not args.show_config:
+            # Before anything touches a device: join the job (a no-op on one CPU host).
+            info = mesh_lib.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+            if info.process_count > 1 and args.eval_accuracy:
+                raise ValueError("--eval-accuracy runs on one process: evaluate the finished run with "
+                                 f"`cookbook train ... --out {args.out} --eval-accuracy N` on one host")
         if args.show_config:
             print(json.dumps(config.to_dict(), indent=2))
             return 0
         if not args.out:
             raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
         result = train(config, args.out)
-    except (NonFiniteLossError, data_lib.DataError, FileExistsError, ValueError) as e:
+    except (NonFiniteLossError, data_lib.DataError, FileExistsError, ValueError, RuntimeError) as e:
         print(f"cookbook train: {e}", file=sys.stderr)
         return 1
+    import jax
+
+    if jax.process_count() > 1:
+        jax.distributed.shutdown()  # every process finished its last step and checkpoint
+        if jax.process_index() != 0:
+            return 0  # the summary comes from process 0
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(result).items()}))
     if args.eval_accuracy:
         model = restore_lora_model(args.out)

@@ -221,3 +221,51 @@ def describe_configs(configs: list[TrainConfig]) -> str:
     table = [["", *[c.model_preset for c in configs]]] + [[k, *[str(f(c)) for c in configs]] for k, f in rows.items()]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in table)
+
+
+# The overridable settings: (TrainConfig field path, flag, type, help). One table builds the
+# parser, reads the parsed flags back into a config, and writes a config as a command line.
+CLI_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("max_steps", "--max-steps", int, "optimizer steps"),
+    ("learning_rate", "--lr", float, "peak learning rate"),
+    ("warmup_steps", "--warmup-steps", int, "linear warm-up steps from 0"),
+    ("weight_decay", "--weight-decay", float, "AdamW weight decay"),
+    ("grad_accum_steps", "--grad-accum", int, "micro-batches per optimizer step"),
+    ("max_grad_norm", "--clip", float, "global-norm gradient clipping"),
+    ("eval_every_steps", "--eval-every", int, "eval loss every N steps"),
+    ("checkpoint_every_steps", "--checkpoint-every", int, "Orbax checkpoint every N steps"),
+    ("seed", "--seed", int, "LoRA initialisation and data-order seed"),
+    ("remat", "--remat", str, "remat choice: " + ", ".join(models.REMAT_CHOICES)),
+    ("lora.rank", "--rank", int, "LoRA rank"),
+    ("lora.alpha", "--alpha", float, "LoRA alpha"),
+    ("lora.dropout", "--dropout", float, "LoRA dropout"),
+    ("data.seq_len", "--seq-len", int, "tokens per row"),
+    ("data.batch_size", "--batch-size", int, "rows per micro-batch (global)"),
+)
+
+
+def _get(d: dict[str, Any], path: str) -> Any:
+    for k in path.split("."):
+        d = d[k]
+    return d
+
+
+def cli_command(config: TrainConfig, *, out: str, data: str | None = None) -> str:
+    """The ``cookbook train`` command line that runs ``config`` (flags only where it differs
+    from its preset's recipe)."""
+    recipe_cfg = train_preset(config.model_preset).to_dict()
+    mine = config.to_dict()
+    parts = ["cookbook", "train", "--preset", config.model_preset]
+    for path, flag, _, _ in CLI_FLAGS:
+        a, b = _get(mine, path), _get(recipe_cfg, path)
+        if a != b and a is not None:
+            parts += [flag, str(a)]
+    if not config.data.packing:
+        parts.append("--no-packing")
+    if recipe_cfg["flash_attention"] and not config.flash_attention:
+        parts.append("--no-flash")
+    if (config.mesh_fsdp, config.mesh_tp) != (recipe_cfg["mesh_fsdp"], recipe_cfg["mesh_tp"]):
+        parts += ["--mesh", f"{config.mesh_fsdp}x{config.mesh_tp}"]
+    if data or config.train_data:
+        parts += ["--data", data or str(config.train_data)]
+    return " ".join([*parts, "--out", out])

@@ -27,6 +27,7 @@ import numpy as np
 
 from cookbook import core, models
 from cookbook import data as data_lib
+from cookbook import mesh as mesh_lib
 from cookbook.train._config import TrainConfig, make_optimizer
 from cookbook.train._runs import (
     _DONE,
@@ -156,18 +157,79 @@ def _guard_checkpoints(trainer, run_dir: Path) -> None:
     manager.save = save
 
 
-def _batches(it, mesh, axis: str, skip: int, token_counter: list[int]) -> Iterator[Any]:
+def _batches(it, mesh, data: data_lib.DataConfig, skip: int, token_counter: list[int]) -> Iterator[Any]:
     """Host batches -> device batches, counting real tokens; ``skip`` placeholders first.
 
     Tunix's trainer, after restoring step N, discards the first N batches it is given; the
     data iterator has already replayed them on the host (cheap), so placeholders stand in.
+    With ``process_split="rows"`` every process holds the global batch and feeds its rows.
     """
     import jax
 
+    global_rows = data.process_split == "rows"
     yield from itertools.repeat(None, skip)
     for batch in it:
-        token_counter[0] += int(np.count_nonzero(batch["segment_ids"])) * jax.process_count()
-        yield data_lib.shard_batch(batch, mesh, axis) if mesh is not None else batch
+        tokens = int(np.count_nonzero(batch["segment_ids"]))
+        token_counter[0] += tokens if global_rows else tokens * jax.process_count()
+        yield (data_lib.shard_batch(batch, mesh, data.data_axis, global_rows=global_rows)
+               if mesh is not None else batch)
+
+
+def _check_multiprocess(config: TrainConfig, mesh) -> None:
+    """Refuse, before any step, a multi-process layout that cannot work."""
+    import jax
+
+    n = jax.process_count()
+    if n == 1:
+        return
+    if mesh is None or mesh.devices.size != jax.device_count():
+        raise ValueError(f"a {n}-process run needs a mesh over all {jax.device_count()} devices; the config's is "
+                         f"{config.mesh_fsdp}x{config.mesh_tp}. Set --mesh FSDPxTP with FSDP*TP = {jax.device_count()}")
+    axis = int(mesh.shape[config.data.data_axis])
+    if config.data.batch_size % axis:
+        raise ValueError(f"global batch_size={config.data.batch_size} does not divide over the mesh's "
+                         f"{config.data.data_axis!r} axis ({axis}); use a multiple of {axis}")
+
+
+def _shared_recipe(run_dir: Path, rec: dict[str, Any]) -> None:
+    """Check the run directory's recipe against ``rec`` (every process), then write it (process 0).
+
+    Every process reads before anyone writes, so all of them refuse a mismatch alike; on
+    several processes ``run_dir`` must be one directory all of them see (a shared file
+    system or a mounted bucket).
+    """
+    import jax
+
+    recipe_path = run_dir / "recipe.json"
+    if recipe_path.is_file():
+        old = json.loads(recipe_path.read_text())
+        # The base is compared by content: the same checkpoint at another path resumes.
+        same_base = old.get("base_fingerprint", old["base_dir"]) == rec.get("base_fingerprint", rec["base_dir"])
+        old_train = {k: v for k, v in old["train"].items() if k != "base_dir"}
+        new_train = {k: v for k, v in rec["train"].items() if k != "base_dir"}
+        if old_train != new_train or not same_base:
+            diff = {k: (old_train.get(k), v) for k, v in new_train.items() if old_train.get(k) != v}
+            raise FileExistsError(
+                f"{run_dir} holds a run with another config (changed: {diff or 'the base checkpoint'}); "
+                "resume it with its own settings or choose another --out"
+            )
+        if jax.process_count() > 1:
+            _barrier("recipe read")
+        return
+    if jax.process_count() > 1:
+        _barrier("recipe read")
+    if jax.process_index() == 0:
+        tmp = recipe_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(rec, indent=2))
+        tmp.replace(recipe_path)
+    if jax.process_count() > 1:
+        _barrier("recipe written")
+
+
+def _barrier(name: str) -> None:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(f"cookbook.train: {name}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -198,32 +260,22 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     from tunix.sft import metrics_logger, peft_trainer
 
     if config.flash_attention:
-        import jax
-
         if jax.default_backend() != "tpu":
             raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
                              f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
+    primary = jax.process_index() == 0
+    if str(run_dir).startswith(("gs://", "s3://")):
+        raise ValueError(f"--out {run_dir}: the run directory must be a path on this host; mount the bucket "
+                         "(gcsfuse --implicit-dirs BUCKET /mnt/bucket) and pass /mnt/bucket/runs/NAME")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     base_dir = resolve_base_dir(config)
     rec = recipe(config, base_dir)
-    recipe_path = run_dir / "recipe.json"
-    if recipe_path.is_file():
-        old = json.loads(recipe_path.read_text())
-        # The base is compared by content: the same checkpoint at another path resumes.
-        same_base = old.get("base_fingerprint", old["base_dir"]) == rec.get("base_fingerprint", rec["base_dir"])
-        old_train = {k: v for k, v in old["train"].items() if k != "base_dir"}
-        new_train = {k: v for k, v in rec["train"].items() if k != "base_dir"}
-        if old_train != new_train or not same_base:
-            diff = {k: (old_train.get(k), v) for k, v in new_train.items() if old_train.get(k) != v}
-            raise FileExistsError(
-                f"{run_dir} holds a run with another config (changed: {diff or 'the base checkpoint'}); "
-                "resume it with its own settings or choose another --out"
-            )
-    else:
-        recipe_path.write_text(json.dumps(rec, indent=2))
-
     mesh = make_mesh(config)
+    _check_multiprocess(config, mesh)
+    # Every process must run the same recipe (the base by content: paths may differ per host).
+    mesh_lib.check_same_everywhere(json.dumps({**rec, "base_dir": None}, sort_keys=True), "training config")
+    _shared_recipe(run_dir, rec)
     tokenizer = load_tokenizer(base_dir)
     # Tokenise and validate the data before the model is loaded.
     host_iter, report = data_lib.make_train_iter(train_rows(config), tokenizer, config.data, report=True)
@@ -232,7 +284,9 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     eval_batches = list(itertools.islice(eval_it, config.eval_batches))
     model = build_lora_model(config, base_dir, mesh)
     if mesh is not None:
-        eval_batches = [data_lib.shard_batch(b, mesh, config.data.data_axis) for b in eval_batches]
+        eval_batches = [data_lib.shard_batch(b, mesh, config.data.data_axis,
+                                             global_rows=config.data.process_split == "rows")
+                        for b in eval_batches]
 
     tcfg = peft_trainer.TrainingConfig(
         eval_every_n_steps=config.eval_every_steps,
@@ -257,7 +311,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
             ]},  # fmt: skip
         ),
         data_sharding_axis=(config.data.data_axis,),
-        pbar_description=f"LoRA {config.model_preset}" if progress else None,
+        pbar_description=f"LoRA {config.model_preset}" if progress and primary else None,
     )
     context = mesh if mesh is not None else contextlib.nullcontext()
     token_counter = [0]
@@ -270,8 +324,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         _guard_checkpoints(trainer, run_dir)
         resumed_from = trainer.train_steps
         skip = trainer.iter_steps
-        if resumed_from:
-            print(f"Resuming {run_dir} from checkpoint step {resumed_from} of {config.max_steps}.")
+        if resumed_from and primary:
+            print(f"Resuming {run_dir} from checkpoint step {resumed_from} of {config.max_steps}.", flush=True)
         if resumed_from < config.max_steps:
             for _ in range(skip):  # same data order as an uninterrupted run
                 next(host_iter)
@@ -280,8 +334,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         try:
             if resumed_from < config.max_steps:
                 with models.remat_policy(config.remat):  # decoder_dots' policy, while the step traces
-                    trainer.train(_batches(host_iter, mesh, config.data.data_axis, skip, token_counter),
-                                  eval_batches)
+                    trainer.train(_batches(host_iter, mesh, config.data, skip, token_counter), eval_batches)
         finally:
             trainer.checkpoint_manager.close()  # waits for an async save in flight
             with contextlib.suppress(Exception):
@@ -303,7 +356,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     summary = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}
     summary["data_report"] = report.summary(max_listed=5)
     summary["checkpoint_steps"] = checkpoint_steps(run_dir)
-    if trainer.train_steps >= config.max_steps and (resumed_from < config.max_steps or not (run_dir / _DONE).exists()):
+    finished = trainer.train_steps >= config.max_steps
+    if primary and finished and (resumed_from < config.max_steps or not (run_dir / _DONE).exists()):
         (run_dir / _DONE).write_text(json.dumps(summary, indent=2))
     return result
 

@@ -28,3 +28,6 @@ def test_mesh_setup_plans_31b_on_v5p8(tmp_path):
     assert results["multihost_agree"] is True
     # The float32 reductions may add in any order: within the worst-case summation bound.
     assert abs(hosts[0]["trace"] - hosts[0]["expected"]) <= hosts[0]["bound"]
+    pods = {r["slice"]: r for r in results["pod_meshes"]}
+    assert (pods["v5p-16"]["hosts"], pods["v5p-16"]["mesh"], pods["v5p-16"]["rows_per_host"]) == (2, "2 x 4", 2)
+    assert (pods["v6e-16"]["hosts"], pods["v6e-16"]["mesh"]) == (4, "4 x 4")

@@ -9,7 +9,9 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     # Fewer eval prompts and another Sampler batch size than the committed defaults; the
     # training config is the tiny recipe's, so the suite's cached run (shared with the tests
     # of notebooks 07/08; the demo test trains its own on a fresh cache) is reused when present.
-    res = run_notebook("06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1)
+    # MULTIHOST_PROCESSES=0: the two-process run is tests/train/test_multihost.py's (and the demo's).
+    res = run_notebook("06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1,
+                       MULTIHOST_PROCESSES=0)
     assert res["num_eval_rows"] == 100
     assert res["base_accuracy"] <= 0.05
     assert res["finetuned_accuracy"] >= 0.8
