@@ -3,8 +3,10 @@
 ``cookbook.gpu`` derives a TRL + PEFT recipe from a ``TrainConfig``; the unit
 tests check a few steps of it against Tunix. This runs the *whole* recipe: the generated
 ``train_gpu.py`` (TRL ``SFTTrainer``, one process standing in for the GPUs, no FSDP,
-float32) on the tiny training preset, then greedy-decodes held-out prompts with
-transformers and scores exact match. Beside it, the Tunix run of the same config
+float32) on the tiny training preset, then samples held-out prompts with transformers
+``generate`` (``cookbook.evaluate``: greedy, and n = 5 at temperature 0.8 / top-p 0.95 as the
+paper sampled) and scores exact match and functional pass@1 / pass@5 with Icarus Verilog; the
+``quality`` row it writes is the GPU recipe's row of the report's quality table. Beside it, the Tunix run of the same config
 (``cookbook.train.ensure_trained``, cached) and its losses. Same objective, so the same
 final loss and accuracy are expected (data order differs, so not bit for bit).
 Writes ``benchmarks/results/gpu_recipe_e2e.json``.
@@ -38,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # a tiny model; two spinning OpenMP threads are slower on 2 cores
-    from cookbook import data, gpu, train
-    from cookbook import models as tok_lib
+    from cookbook import data, evaluate, gpu, train
 
     config = train.train_preset(args.preset)
     run_dir = train.ensure_trained(config)
@@ -66,16 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     logs = trainer.state.log_history
 
     tok, model = trainer.processing_class, trainer.model.eval()
-    tok.padding_side = "left"
     rows = eval_rows[: args.eval_rows]
-    prompts = [tok.apply_chat_template(r["messages"][:-1], tokenize=False, add_generation_prompt=True) for r in rows]
-    completions: list[str] = []
-    for i in range(0, len(prompts), 25):
-        enc = tok(prompts[i : i + 25], return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=48, do_sample=False,
-                                 eos_token_id=tok_lib.stop_token_ids(), pad_token_id=0)  # fmt: skip
-        completions += tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    problems = evaluate.sample_task_problems(rows)
+    budget = evaluate.answer_budget(tok, problems)
+    greedy_gen = evaluate.transformers_samples(model, tok, problems, evaluate.GREEDY.replace(max_tokens=budget))
+    completions = [greedy_gen.completions[p.name][0] for p in problems]
+    greedy = evaluate.score_generation(problems, greedy_gen)
+    sampled = evaluate.score_generation(problems, evaluate.transformers_samples(
+        model, tok, problems, evaluate.PAPER_SAMPLING.replace(max_tokens=budget)))
     result = {
         "preset": args.preset,
         "max_steps": config.max_steps,
@@ -83,11 +82,15 @@ def main(argv: list[str] | None = None) -> int:
             "final_train_loss": [x["loss"] for x in logs if "loss" in x][-1],
             "final_eval_loss": [x["eval_loss"] for x in logs if "eval_loss" in x][-1],
             "exact_match": data.exact_match_rate(completions, rows),
+            "functional_pass1_greedy": greedy.pass_at(1),
+            "pass_at_k": sampled.summary(),
             "eval_prompts": len(rows),
             "train_time_s": round(train_time_s, 1),
             "loss_normalisation": recipe.loss_normalisation,
         },
         "tunix": {k: tunix.get(k) for k in ("final_train_loss", "final_eval_loss", "train_time_s")},
+        "quality": evaluate.quality_row(f"{args.preset} + LoRA", "GPU recipe (TRL + PEFT)", "transformers",
+                                        greedy=greedy, sampled=sampled),
         "torch_threads": 1,
         "load_average": os.getloadavg()[0],
     }
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'final train loss':28} {g['final_train_loss']:>22.4f} {t['final_train_loss']:>10.4f}")
     print(f"{'final eval loss':28} {g['final_eval_loss']:>22.4f} {t['final_eval_loss']:>10.4f}")
     print(f"{'exact match (held out)':28} {g['exact_match']:>22.1%} {'':>10}")
+    print(f"{'functional pass@1 (greedy)':28} {g['functional_pass1_greedy']:>22.1%} {'':>10}")
+    print(f"{'pass@1 / pass@5 (n=5, T=0.8)':28} {g['pass_at_k']['pass@1']:>13.1%} / {g['pass_at_k']['pass@5']:.1%}")
     print(f"wrote {args.json}")
     return 0
 

@@ -39,14 +39,26 @@ def mesh_4x2():
 
 @pytest.fixture(scope="session")
 def vllm_lora_server():
-    """One vLLM server (helper F; see tests/vllm_fixture.py) for tests/serve/test_bench.py and
-    tests/serve/test_serve.py. It is stopped right after the last test that uses it (hook below),
-    not at session end, so ~3 GB are not held while the notebooks run."""
+    """One vLLM server (helper F; see tests/vllm_fixture.py) for tests/serve/test_bench.py,
+    tests/serve/test_serve.py and tests/evaluate/test_generators.py. Its users run one after
+    another (hook below), and it is stopped right after the last of them, not at session end, so
+    ~3 GB are not held while the notebooks run."""
     import vllm_fixture
 
     server = vllm_fixture.start_lora_server()
     yield server
     vllm_fixture.release()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the vLLM server's users one after another (where the last of them was), so the
+    server is not held from the first user (tests/evaluate) through everything in between."""
+    users = [i for i in items if "vllm_lora_server" in getattr(i, "fixturenames", ())]
+    if len(users) < 2:
+        return
+    last = items.index(users[-1])
+    theirs = {id(i) for i in users}
+    items[:] = [i for i in items[:last] if id(i) not in theirs] + users + items[last + 1:]
 
 
 def pytest_runtest_teardown(item, nextitem):

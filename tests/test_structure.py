@@ -17,7 +17,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "cookbook"
 # Stage packages in notebook order; a package may import itself and the ones before it.
-STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "cost", "harness")
+STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "evaluate", "cost",
+          "harness")
 MAX_LINES = 460  # "about 450": a module past it holds two ideas
 
 

@@ -2,8 +2,8 @@
 
 It is started by an owner process, and released by SIGKILLing that owner (no atexit runs,
 as when a notebook kernel is killed): every server process must then exit on its own, which
-:func:`release` asserts. A vLLM start costs 30-100 s on 2 cores, so one server serves both
-tests/serve/test_serve.py and tests/serve/test_bench.py.
+:func:`release` asserts. A vLLM start costs 30-100 s on 2 cores, so one server serves
+tests/serve/test_serve.py, tests/serve/test_bench.py and tests/evaluate/test_generators.py.
 """
 
 from __future__ import annotations

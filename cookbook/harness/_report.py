@@ -50,16 +50,20 @@ SECTIONS: tuple[Section, ...] = (
     Section(prefix="05", title="Data pipeline", about="packing efficiency against padding; bad-row report",
             highlights=(r"real_fraction_packed", r"real_fraction_padded$", r"headroom|tokens_per_s",
                         r"packing|pack", r"padding|pad", r"real")),
-    Section(prefix="06", title="LoRA fine-tuning", about="loss curve; exact-match accuracy before and after",
-            highlights=(r"base_accuracy", r"finetuned_accuracy", r"final_eval_loss", r"accuracy|exact", r"loss",
-                        r"tokens_per_s|step")),
+    Section(prefix="06", title="LoRA fine-tuning",
+            about="loss curve; exact match and functional pass@1 (compiled and simulated with Icarus Verilog) "
+                  "before and after",
+            highlights=(r"base_accuracy", r"finetuned_accuracy", r"finetuned_functional_pass1", r"base_functional_pass1",
+                        r"final_eval_loss", r"accuracy|exact", r"loss", r"tokens_per_s|step")),
     Section(prefix="07", title="Merge", about="merged-model parity with Tunix+LoRA, shard sizes, merge speed and memory",
             highlights=(r"logit_max_abs_diff|parity|diff", r"largest_shard_bytes|num_shards",
                         r"extrapolated|rss|memory|gib", r"time|speed|_s$")),
     Section(prefix="08", title="Serving with vLLM",
-            about="served fine-tuned accuracy; vLLM vs transformers speed: measured on the ~100M small preset "
-                  "(benchmarks/serve_bench.py), the tiny figures are smoke tests where overheads dominate",
-            highlights=(r"served_accuracy", r"small_benchmark_speedup.speedup", r"smoke_speedup", r"ttft",
+            about="served fine-tuned accuracy and pass@1 / pass@5 (n = 5, T = 0.8) beside the base's; vLLM vs "
+                  "transformers speed: measured on the ~100M small preset (benchmarks/serve_bench.py), the tiny "
+                  "figures are smoke tests where overheads dominate",
+            highlights=(r"served_accuracy", r"^pass_at_k\.pass@", r"small_benchmark_speedup.speedup", r"smoke_speedup",
+                        r"ttft",
                         r"base_accuracy",
                         r"throughput|tokens_per_s", r"accuracy")),
     Section(prefix="09", title="Cost comparison", about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
@@ -204,6 +208,27 @@ def _glance(r: SectionResult, per_section: int = 3) -> str:
     return "; ".join(f"{k} = {short(flat[k])}" for k in picked)
 
 
+def quality_section(sections: Sequence[SectionResult]) -> list[str]:
+    """The quality table in the paper's form, from every notebook's recorded ``quality`` rows
+    (notebook 06: greedy, Tunix; notebook 08: n = 5 samples through vLLM), the GPU recipe's where
+    it was trained, and the paper's figures for scale."""
+    from cookbook import evaluate
+
+    rows = [{**row, "source": row.get("source") or r.notebook} for r in sections if r.status in ("ok", "failed")
+            for row in (r.results.get("quality") or []) if isinstance(row, dict)]
+    if not rows:
+        return []
+    lines = ["## Quality, in the paper's form", "",
+             "*Functional pass@k: each completion compiled and simulated with Icarus Verilog against the problem's "
+             "testbench; greedy pass@1, and pass@1 / pass@5 of n samples at temperature 0.8 / top-p 0.95 (unbiased "
+             "estimate), as the paper scored verilog-eval. Exact match: the completion equals the reference text.*", "",
+             *evaluate.quality_table(rows), ""]
+    if not any("GPU" in str(row.get("recipe", "")) for row in rows):
+        lines += ["The GPU recipe was not trained for this run: `benchmarks/gpu_recipe_e2e.py` trains it (TRL + PEFT, "
+                  "the TPU run's objective) and adds its row.", ""]
+    return lines
+
+
 def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = "Cookbook run report") -> tuple[str, str, list[Plot]]:
     """(markdown with ``{plot:NAME}`` placeholders, html, plots)."""
     run_dir = Path(run_dir).resolve()
@@ -222,6 +247,7 @@ def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = 
                     [[r.notebook or f"{r.section.prefix} ({r.section.title})", r.status,
                       "" if r.seconds is None else f"{r.seconds:.0f}", _glance(r)] for r in sections])
     lines.append("")
+    lines += quality_section(sections)
     plots: list[Plot] = []
     for r in sections:
         body, p = _section_markdown(r)

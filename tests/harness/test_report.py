@@ -156,3 +156,29 @@ def test_serving_bench_points_become_a_table_and_a_plot(run):
     assert "| vllm | 16 |  | 16/16 | 975.2 | 148 | 222 | 7.25 | 190.5 |" in part
     assert "| transformers | 1 |  | 16/16 | 66.5 | 32.5 | 48.75 | 7.25 | 190.5 |" in part
     assert (run_dir / "report_files" / "08_serving_bench.png").stat().st_size > 5_000
+
+
+def test_quality_table_in_the_papers_form_collects_every_notebooks_rows(run):
+    run_dir, nbs = run
+    (nbs / "08_serving.ipynb").write_text("{}")
+    base = {"model": "tiny base", "recipe": "-", "generator": "Tunix sampler", "problems": "sample task (200)",
+            "exact_match": 0.0, "greedy_pass@1": 0.0}
+    tuned = {"model": "tiny + LoRA", "recipe": "TPU recipe (Tunix)", "generator": "Tunix sampler",
+             "problems": "sample task (200)", "exact_match": 0.9875, "greedy_pass@1": 0.99375}
+    served = {"model": "tiny + LoRA", "recipe": "TPU recipe (Tunix), merged", "generator": "vLLM",
+              "problems": "sample task (100)", "greedy_pass@1": 0.99375, "pass@1": 0.9825, "pass@5": 1.0, "n": 5}
+    gpu = {"model": "tiny + LoRA", "recipe": "GPU recipe (TRL + PEFT)", "generator": "transformers",
+           "problems": "sample task (100)", "pass@1": 0.9725, "pass@5": 1.0, "n": 5, "source": "gpu_recipe_e2e.json"}
+    _write(run_dir, "06_train", {"finetuned_accuracy": 0.9875, "quality": [base, tuned]})
+    _write(run_dir, "08_serving", {"served_accuracy": 0.995, "quality": [served]})
+    md = harness.write_report(run_dir, nbs).markdown
+    part = md[md.index("## Quality, in the paper's form"):md.index("## 00. ")]
+    assert "| tiny base | - | Tunix sampler | sample task (200) | 0.000 | 0.000 | - | - | - | 06_train |" in part
+    assert "| tiny + LoRA | TPU recipe (Tunix) | Tunix sampler | sample task (200) | 0.988 | 0.994 | - | - | - |" in part
+    assert "| vLLM | sample task (100) | - | 0.994 | 0.983 | 1.000 | 5 | 08_serving |" in part
+    assert "0.641" in part and "0.697" in part and "| the paper |" in part
+    assert "The GPU recipe was not trained for this run" in part
+    _write(run_dir, "08_serving", {"served_accuracy": 0.995, "quality": [served, gpu]})
+    part = harness.write_report(run_dir, nbs).markdown.split("## Quality, in the paper's form")[1].split("## 00. ")[0]
+    assert "| GPU recipe (TRL + PEFT) | transformers | sample task (100) | - | - | 0.973 | 1.000 | 5 | gpu_recipe_e2e.json |" \
+        in part and "not trained" not in part

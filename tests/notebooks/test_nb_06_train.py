@@ -20,3 +20,13 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     assert res["final_eval_loss"] < 0.5
     assert res["rerun_resumed_from"] == res["max_steps"]
     assert res["tokens_per_s"] > 0
+    # Functional pass@1 (Icarus Verilog) beside exact match: an exact copy of the reference
+    # always simulates correctly, so functional is at least exact match; the base writes no module.
+    assert res["base_functional_pass1"] <= 0.05 and res["base_outcomes"].get("pass", 0) <= 5
+    assert res["finetuned_functional_pass1"] >= res["finetuned_accuracy"]
+    assert sum(res["finetuned_outcomes"].values()) == 100 and res["scorer_samples_per_s"] > 0
+    assert [(e["exact_match"], e["outcome"]) for e in res["metric_examples"]] == [
+        (True, "pass"), (False, "pass"), (False, "mismatch"), (False, "compile_error"), (False, "compile_error")]
+    base_row, tuned_row = res["quality"]
+    assert tuned_row["greedy_pass@1"] == res["finetuned_functional_pass1"] and tuned_row["recipe"] == "TPU recipe (Tunix)"
+    assert base_row["exact_match"] == res["base_accuracy"]

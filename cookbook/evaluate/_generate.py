@@ -1,0 +1,236 @@
+"""Samples for a problem set from three generators that agree in kind: a vLLM endpoint, Tunix's
+sampler on the JAX model, and transformers ``generate`` (the GPU recipe's model).
+
+"In kind" means: the same chat (the problem's prompt as the user turn, rendered by the
+tokenizer's Gemma 4 template with the generation prompt, so the same token ids reach each
+model), the same sampling (temperature, nucleus top-p, no top-k, the same new-token budget),
+the same stop tokens (``<turn|>``, ``<eos>``), and text decoded without special tokens.
+Random streams differ between generators, so sampled completions are not token-identical;
+greedy ones are (``tests/evaluate/test_generators.py``). Each takes ``on_done(samples)``, called as samples are finished (a progress bar).
+Seeds are recorded per sample:
+vLLM gives sample ``i`` of a request seeded ``s`` the seed ``s + i``; transformers is seeded
+``s`` once per problem; Tunix once per batch.
+
+The paper's sampling is the default (:data:`PAPER_SAMPLING`: n = 5, T = 0.8, top-p 0.95).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cookbook import data as data_lib
+from cookbook import models
+from cookbook.evaluate._problems import Problem
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """How many samples per problem, and how they are drawn."""
+
+    n: int = 5  # samples per problem (pass@k needs n >= k)
+    temperature: float = 0.8  # 0: greedy (then n must be 1)
+    top_p: float = 0.95
+    max_tokens: int = 1024  # new tokens per sample
+    seed: int = 0  # first seed; problem i's request is seeded seed + i (see the module doc)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1 sample per problem, got {self.n}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1]; got {self.temperature}, {self.top_p}")
+        if self.temperature == 0 and self.n != 1:
+            raise ValueError(f"greedy decoding (temperature 0) gives one sample per problem; got n={self.n}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def replace(self, **changes: Any) -> SamplingConfig:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PAPER_SAMPLING = SamplingConfig()  # n = 5, T = 0.8, top-p 0.95, as the paper sampled verilog-eval
+GREEDY = SamplingConfig(n=1, temperature=0.0, top_p=1.0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Generation:
+    """Completions of a problem set and how they were made."""
+
+    completions: dict[str, list[str]]
+    seeds: dict[str, list[int | None]]
+    sampling: SamplingConfig
+    generator: str  # "vllm", "tunix", "transformers"
+    seconds: float
+
+    def describe(self) -> dict[str, Any]:
+        return {"generator": self.generator, **self.sampling.as_dict(), "seconds": self.seconds,
+                "problems": len(self.completions)}
+
+
+def answer_budget(tokenizer, problems: Sequence[Problem], slack: int = 16) -> int:
+    """A new-token budget from the reference answers: the longest plus ``slack`` (sample task)."""
+    answers = [p.answer or p.ref for p in problems]
+    return max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers) + slack
+
+
+def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None) -> list[int]:
+    """The ids every generator is given: the chat rendered by the tokenizer's own template."""
+    return data_lib.prompt_ids(tokenizer, {"messages": problem.messages(system)})
+
+
+# ------------------------------------------------------------------------------------------
+# vLLM (any OpenAI-compatible endpoint)
+def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
+                     *, tokenizer=None, system: str | None = None, concurrency: int = 16,
+                     on_done: Callable[[int], None] | None = None) -> Generation:
+    """Samples through an OpenAI-compatible server (``openai.OpenAI`` client), one request per problem.
+
+    With ``tokenizer``, prompts go as token ids to ``/v1/completions`` (exactly what the
+    trainer's template renders); without, as messages to ``/v1/chat/completions`` (the
+    server renders them with the checkpoint's template, which for the cookbook's checkpoints
+    is the same one).
+    """
+    def one(i: int) -> tuple[list[str], list[int]]:
+        p = problems[i]
+        seed = sampling.seed + i
+        common = {"model": model, "n": sampling.n, "temperature": sampling.temperature,
+                  "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": seed}
+        if tokenizer is not None:
+            resp = client.completions.create(prompt=prompt_token_ids(tokenizer, p, system), **common)
+            texts = [c.text for c in sorted(resp.choices, key=lambda c: c.index)]
+        else:
+            resp = client.chat.completions.create(messages=p.messages(system), **common)
+            texts = [c.message.content or "" for c in sorted(resp.choices, key=lambda c: c.index)]
+        return texts, [seed + j for j in range(sampling.n)]
+
+    t0 = time.perf_counter()
+    out: dict[int, tuple[list[str], list[int]]] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = {pool.submit(one, i): i for i in range(len(problems))}
+        for fut in concurrent.futures.as_completed(futures):
+            out[futures[fut]] = fut.result()
+            if on_done is not None:
+                on_done(sampling.n)
+    return Generation(completions={p.name: out[i][0] for i, p in enumerate(problems)},
+                      seeds={p.name: list(out[i][1]) for i, p in enumerate(problems)},
+                      sampling=sampling, generator="vllm", seconds=time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------------
+# Tunix's sampler on the JAX model (the TPU recipe's model, before merging)
+def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
+                  *, batch_size: int = 50, sampler=None, system: str | None = None,
+                  on_done: Callable[[int], None] | None = None) -> tuple[Generation, Any]:
+    """Samples from a Tunix Gemma 4 model (with or without LoRA) with Tunix's ``Sampler``.
+
+    Each problem's prompt is repeated ``n`` times in fixed-size batches (one compiled shape);
+    batch ``b`` is seeded ``seed + b``. Pass ``sampler`` (the second value returned by an
+    earlier call) to reuse its compiled functions: its weights are refreshed from ``model``.
+
+    Returns:
+      ``(generation, sampler)``.
+    """
+    from flax import nnx
+
+    prompts = [tokenizer.apply_chat_template(p.messages(system), tokenize=False, add_generation_prompt=True)
+               for p in problems]
+    longest = max(len(prompt_token_ids(tokenizer, p, system)) for p in problems)
+    max_prompt = 1 << (longest - 1).bit_length()
+    cache_size = max_prompt + sampling.max_tokens + 1
+    if sampler is None or sampler.cache_config.cache_size < cache_size:
+        sampler = models.make_sampler(model, tokenizer, cache_size=cache_size)
+    else:
+        sampler.transformer_state = nnx.variables(model)
+    jobs = [(i, j) for i in range(len(problems)) for j in range(sampling.n)]
+    texts: dict[tuple[int, int], str] = {}
+    seeds: dict[tuple[int, int], int] = {}
+    t0 = time.perf_counter()
+    for b, start in enumerate(range(0, len(jobs), batch_size)):
+        chunk = jobs[start: start + batch_size]
+        batch = [prompts[i] for i, _ in chunk]
+        batch += [batch[-1]] * (batch_size - len(batch))  # one compiled shape
+        kwargs: dict[str, Any] = {"temperature": 0.0} if sampling.greedy else {
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": None}
+        out = sampler(batch, max_generation_steps=sampling.max_tokens, max_prompt_length=max_prompt,
+                      eos_tokens=models.stop_token_ids(), seed=sampling.seed + b, **kwargs)
+        for job, text in zip(chunk, out.text[: len(chunk)], strict=True):
+            texts[job], seeds[job] = text, sampling.seed + b
+        if on_done is not None:
+            on_done(len(chunk))
+    generation = Generation(
+        completions={p.name: [texts[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
+        seeds={p.name: [seeds[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
+        sampling=sampling, generator="tunix", seconds=time.perf_counter() - t0)
+    return generation, sampler
+
+
+# ------------------------------------------------------------------------------------------
+# transformers generate (the GPU recipe's model: a checkpoint, optionally with a PEFT adapter)
+def load_transformers_model(model_dir: str | Path, adapter_dir: str | Path | None = None):
+    """A transformers model (text-only or multimodal Gemma 4 layout), with a PEFT adapter on top."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    if "text_config" in config and adapter_dir is None:
+        from transformers import Gemma4ForConditionalGeneration as cls
+    else:  # an adapter names modules the way the model it was trained on did (AutoModelForCausalLM)
+        cls = AutoModelForCausalLM
+    model = cls.from_pretrained(str(model_dir), dtype="auto")
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    return model.eval()
+
+
+def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
+                         *, system: str | None = None, num_threads: int | None = None,
+                         on_done: Callable[[int], None] | None = None) -> Generation:
+    """Samples with transformers ``generate``: one call per problem (``num_return_sequences=n``),
+    seeded ``seed + i`` with ``torch.manual_seed``; no padding, so no padding effects.
+
+    ``num_threads`` sets torch's CPU threads for the call (restored after): on a small
+    shared CPU host, 1 is several times faster than spinning threads fighting for cores.
+    """
+    import torch
+
+    if sampling.greedy:
+        kwargs: dict[str, Any] = {"do_sample": False}
+    else:  # top_k=0: no top-k cut (a generation config may default to 50; vLLM and Tunix apply none)
+        kwargs = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0,
+                  "num_return_sequences": sampling.n}
+    kwargs.update(max_new_tokens=sampling.max_tokens, eos_token_id=models.stop_token_ids(),
+                  pad_token_id=models.SPECIAL_TOKEN_IDS["<pad>"])
+    completions, seeds = {}, {}
+    threads = torch.get_num_threads()
+    t0 = time.perf_counter()
+    try:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        with torch.inference_mode():
+            for i, p in enumerate(problems):
+                ids = torch.tensor([prompt_token_ids(tokenizer, p, system)])
+                torch.manual_seed(sampling.seed + i)
+                out = model.generate(ids, **kwargs)
+                completions[p.name] = [tokenizer.decode(row[ids.shape[1]:].tolist(), skip_special_tokens=True)
+                                       for row in out]
+                seeds[p.name] = [sampling.seed + i] * sampling.n
+                if on_done is not None:
+                    on_done(sampling.n)
+    finally:
+        torch.set_num_threads(threads)
+    return Generation(completions=completions, seeds=seeds, sampling=sampling, generator="transformers",
+                      seconds=time.perf_counter() - t0)

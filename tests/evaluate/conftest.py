@@ -1,0 +1,51 @@
+"""Shared by the evaluation tests: Icarus Verilog must be there, and hand-made problems."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cookbook import evaluate
+
+
+@pytest.fixture(scope="session")
+def iverilog() -> str:
+    """The simulator. Missing on Debian (CI installs it, and so should a developer): a failure
+    naming the package, not a skip that would hide every functional test."""
+    if shutil.which("iverilog") and shutil.which("vvp"):
+        return evaluate.check_simulator()
+    if Path("/etc/debian_version").is_file():
+        pytest.fail(evaluate.INSTALL_HINT)
+    pytest.skip(evaluate.INSTALL_HINT)
+
+
+@pytest.fixture(scope="session")
+def adder8(iverilog) -> evaluate.Problem:
+    """``add8``: y = a + b on 8 bits, with the sample task's generated testbench."""
+    answer = "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule"
+    return evaluate.Problem(name="Prob001_add8", prompt="Write a Verilog module named add8 that adds two 8-bit inputs.",
+                            ref=answer.replace("module add8(", "module RefModule("), module="add8", answer=answer,
+                            test=evaluate.two_input_testbench("add8", 8))
+
+
+@pytest.fixture(scope="session")
+def tiny_greedy(iverilog):
+    """The suite's cached tiny training run, its held-out problems, and Tunix's greedy samples of
+    the fine-tuned and the base model on 48 of them, scored (shared by the generator tests)."""
+    import types
+
+    from cookbook import train
+
+    run_dir = train.ensure_trained(train.train_preset("tiny"))
+    config = train.config_of_run(run_dir)
+    base_dir = train.resolve_base_dir(config)
+    tokenizer = train.load_tokenizer(base_dir)
+    problems = evaluate.sample_task_problems(train.eval_rows(config)[:48])
+    sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems))
+    tuned, sampler = evaluate.tunix_samples(train.restore_lora_model(run_dir), tokenizer, problems, sampling,
+                                            batch_size=48)
+    base, _ = evaluate.tunix_samples(train.build_lora_model(config, base_dir), tokenizer, problems, sampling,
+                                     batch_size=48, sampler=sampler)
+    return types.SimpleNamespace(
+        run_dir=run_dir, problems=problems, tokenizer=tokenizer, sampling=sampling, generation=tuned,
+        tuned=evaluate.score_generation(problems, tuned), base=evaluate.score_generation(problems, base))
