@@ -317,11 +317,15 @@ mesh.initialize_distributed(coordinator, 2, pid)
 import jax
 from jax.experimental import multihost_utils
 examples = [data.Example(np.asarray(t, np.int32), np.asarray(m, np.int32), n) for t, m, n in json.load(open(path))]
-it = data.iter_batches(examples, data.DataConfig(seq_len=64, batch_size=8, seed=0), mesh=mesh.make_mesh(4, 2))
-out = []
-for _ in range(2):
-    batch = next(it)["input_tokens"]
-    out.append({"shape": list(batch.shape), "global": np.asarray(multihost_utils.process_allgather(batch, tiled=True)).tolist()})
+out = {}
+for split in ("rows", "records"):
+    config = data.DataConfig(seq_len=64, batch_size=8, seed=0, process_split=split)
+    it = data.iter_batches(examples, config, mesh=mesh.make_mesh(4, 2))
+    out[split] = []
+    for _ in range(2):
+        batch = next(it)["input_tokens"]
+        out[split].append({"shape": list(batch.shape),
+                           "global": np.asarray(multihost_utils.process_allgather(batch, tiled=True)).tolist()})
 print("RESULT " + json.dumps({"pid": jax.process_index(), "count": jax.process_count(), "batches": out}), flush=True)
 jax.distributed.shutdown()
 """
@@ -329,7 +333,11 @@ jax.distributed.shutdown()
 
 @pytest.mark.slow
 def test_each_process_reads_its_own_rows(tmp_path, examples):
-    """Two JAX processes (4 fake devices each) share one global batch, half from each."""
+    """Two JAX processes (4 fake devices each) share one global batch.
+
+    ``process_split="rows"`` (the default): the global batches are exactly a one-process
+    run's. ``"records"`` (Grain per-process sharding): half the rows from each process's slice.
+    """
     import os
     import socket
     import subprocess
@@ -361,8 +369,11 @@ def test_each_process_reads_its_own_rows(tmp_path, examples):
                 p.kill()
     all_rows = {tuple(np.pad(e.token_ids, (0, 64 - len(e.token_ids)))): e.row for e in examples[:64]}
     assert [r["count"] for r in results] == [2, 2]
+    one_process = data.iter_batches(examples[:64], data.DataConfig(seq_len=64, batch_size=8, seed=0))
     for step in range(2):
-        a, b = (r["batches"][step] for r in results)
+        a, b = (r["batches"]["rows"][step] for r in results)
+        assert a["global"] == b["global"] == np.asarray(next(one_process)["input_tokens"]).tolist()
+        a, b = (r["batches"]["records"][step] for r in results)
         assert a["shape"] == [8, 64] and a["global"] == b["global"]  # one global batch
         source_rows = [all_rows[tuple(row)] for row in a["global"]]
         # Rows 0-3 come from process 0's slice (odd row numbers: examples[0::2]), 4-7 from process 1's.

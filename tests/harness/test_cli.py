@@ -14,8 +14,8 @@ from cookbook import harness
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 # The recipe's commands, in recipe order.
-COMMANDS = ["base", "plan", "train", "merge", "serve", "bench", "gpu-recipe", "cost", "demo"]
-STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "cost", "harness")
+COMMANDS = ["base", "plan", "train", "merge", "serve", "bench", "eval", "gpu-recipe", "cost", "demo", "launch"]
+STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "evaluate", "cost", "harness")
 
 
 def _listed(help_text: str) -> list[str]:
