@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cookbook import core, models
 from cookbook import data as data_lib
-from cookbook import models
 from cookbook.train._config import TRAIN_PRESETS, TrainConfig, train_preset
 from cookbook.train._evaluate import evaluate
 from cookbook.train._runs import eval_rows, load_tokenizer, resolve_base_dir, restore_lora_model
@@ -111,6 +111,14 @@ def config_from_args(args) -> TrainConfig:
             nested[group][field] = value
         else:
             changes[path] = value
+    # Checked here, before any model is built: a typo should cost a second, not a compile.
+    for flag, value in (("--data", args.data), ("--eval-data", args.eval_data)):
+        if value and not Path(value).is_file():
+            raise FileNotFoundError(f"{flag} {value}: no such file; pass a .jsonl or .parquet file of chat rows "
+                                    f"(or leave {flag} out to use the sample task)")
+    if args.base and not Path(args.base).is_dir():
+        raise FileNotFoundError(f"--base {args.base}: no such directory; pass a checkpoint directory "
+                                "(`cookbook base --preset NAME` prints one)")
     if args.data:
         changes["train_data"] = str(Path(args.data).resolve())
     if args.eval_data:
@@ -133,20 +141,15 @@ def config_from_args(args) -> TrainConfig:
     return config.replace(**changes)
 
 
+@core.user_errors("train", NonFiniteLossError, data_lib.DataError, models.BaseDownloadError)
 def _cli(args) -> int:
-    import sys
-
-    try:
-        config = config_from_args(args)
-        if args.show_config:
-            print(json.dumps(config.to_dict(), indent=2))
-            return 0
-        if not args.out:
-            raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
-        result = train(config, args.out)
-    except (NonFiniteLossError, data_lib.DataError, FileExistsError, ValueError) as e:
-        print(f"cookbook train: {e}", file=sys.stderr)
-        return 1
+    config = config_from_args(args)
+    if args.show_config:
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    if not args.out:
+        raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
+    result = train(config, args.out)
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(result).items()}))
     if args.eval_accuracy:
         model = restore_lora_model(args.out)

@@ -194,18 +194,16 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     import contextlib
 
     import jax
+
+    if config.flash_attention and jax.default_backend() != "tpu":
+        raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
+                         f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
+    base_dir = resolve_base_dir(config)  # before the trainer's imports: a missing base is said at once
     import orbax.checkpoint as ocp
     from tunix.sft import metrics_logger, peft_trainer
 
-    if config.flash_attention:
-        import jax
-
-        if jax.default_backend() != "tpu":
-            raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
-                             f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    base_dir = resolve_base_dir(config)
     rec = recipe(config, base_dir)
     recipe_path = run_dir / "recipe.json"
     if recipe_path.is_file():

@@ -12,6 +12,9 @@ import pytest
 
 from cookbook import core
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 REPO = Path(__file__).resolve().parents[2]
 
 
