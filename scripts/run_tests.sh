@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit tests, papermill runs of every notebook with
-# non-default parameters (tests/test_nb_*.py), and `make demo` on a fresh cache, which runs
-# every notebook as committed (tests/harness/test_make_demo.py).
+# non-default parameters (tests/notebooks/), `make demo` on a fresh cache, which runs every
+# notebook as committed (tests/harness/test_make_demo.py), and the browser tests. With no
+# arguments it first runs the JAX-side tests (marker jax_only) in the TPU-host environment
+# (.venv-tpuhost: the newest Python here, constraints/tpu-host.txt, no torch, no vLLM).
+# Arguments go to the main pytest run only (e.g. `scripts/run_tests.sh tests/fit -k plan`);
+# `scripts/run_tests.sh --tpu-host` runs the TPU-host pass alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${COOKBOOK_VENV:-.venv}
+TPU_HOST_VENV=${COOKBOOK_TPU_HOST_VENV:-.venv-tpuhost}
+# The directories that hold JAX-side tests; the marker picks the tests within them.
+JAX_SIDE=(tests/core tests/models tests/mesh tests/lora tests/fit tests/data tests/train)
 
 # 8 fake CPU devices, CPU backends even though libtpu is installed, artefact cache in the repo.
 export XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=8"
@@ -13,4 +20,36 @@ export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu}
 export COOKBOOK_CACHE=${COOKBOOK_CACHE:-$PWD/.cache/cookbook}
 export TOKENIZERS_PARALLELISM=false
 
-exec "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@"
+tpu_host_pass() {
+  if [[ ! -x "$TPU_HOST_VENV/bin/python" ]]; then
+    echo "run_tests: no $TPU_HOST_VENV (see scripts/setup_env.sh --tpu-host): TPU-host pass skipped"
+    return 0
+  fi
+  # The random base is built through transformers + torch, which this environment lacks: build
+  # it in the main one and hand over a copy, alone, so plans and runs are made afresh here.
+  local base cache rc=0
+  base=$(PYTHONPATH=$PWD "$VENV/bin/python" -m cookbook base --preset tiny)
+  cache=$(mktemp -d)
+  mkdir -p "$cache/base"
+  cp -r "$base" "$cache/base/"
+  echo "run_tests: TPU-host pass, $("$TPU_HOST_VENV/bin/python" --version), tests marked jax_only"
+  COOKBOOK_CACHE=$cache PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
+    -p no:cacheprovider --durations=10 -q || rc=$?
+  rm -rf "$cache"
+  return $rc
+}
+
+if [[ "${1:-}" == --tpu-host ]]; then  # that pass alone
+  tpu_host_pass
+  exit
+fi
+tpu_rc=0
+if [[ $# -eq 0 ]]; then
+  tpu_host_pass || tpu_rc=$?
+fi
+main_rc=0
+"$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@" || main_rc=$?
+if ((tpu_rc)); then
+  echo "run_tests: the TPU-host pass FAILED (exit $tpu_rc); see its output above" >&2
+fi
+exit $((main_rc ? main_rc : tpu_rc))

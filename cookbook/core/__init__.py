@@ -1,6 +1,12 @@
 """Shared foundations: the tables and checks every stage reads, in one place each."""
 
 from cookbook.core import _compat as compat  # noqa: E402, F401  (compat.check() for its test)
+from cookbook.core._cli_errors import (  # noqa: F401
+    USER_ERRORS,
+    OneLineParser,
+    one_line,
+    user_errors,
+)
 from cookbook.core._compat import (  # noqa: E402, F401
     drop_scalar_listeners_except,
     fast_abstract_tracing,

@@ -302,18 +302,22 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cli)
 
 
+@core.user_errors("cost", UnknownPriceError, code=2)
 def _cli(args: argparse.Namespace) -> int:
-    import sys
-
-    try:
-        overrides = parse_price_overrides(args.price)
-        table = comparison_table(serving_hours=args.serving_hours, pricing=args.pricing, overrides=overrides)
-        curve = cost_curve(max_hours=args.max_hours, pricing=args.pricing, overrides=overrides)
-        predicted = predict_training(fit.load_plan_figures(args.plan), mfu=args.mfu, pricing=args.pricing,
-                                     overrides=overrides)
-    except (ValueError, UnknownPriceError) as e:
-        print(f"cookbook cost: {e}", file=sys.stderr)
-        return 2
+    negative = [h for h in [*args.serving_hours, args.max_hours] if h < 0]
+    if negative:
+        raise ValueError(f"hours of serving must not be negative (got {negative[0]:g}): "
+                         "pass --serving-hours and --max-hours of 0 or more")
+    if not 0 < args.mfu <= 1:
+        raise ValueError(f"--mfu {args.mfu:g}: a fraction of peak, 0 < MFU <= 1 (e.g. 0.4)")
+    if args.plan is not None and not args.plan.is_file():  # else the paper's speed would be used silently
+        raise FileNotFoundError(f"--plan {args.plan}: no such file; pass what `cookbook plan --json` wrote, "
+                                "or leave --plan out for the committed 31B plans")
+    overrides = parse_price_overrides(args.price)
+    table = comparison_table(serving_hours=args.serving_hours, pricing=args.pricing, overrides=overrides)
+    curve = cost_curve(max_hours=args.max_hours, pricing=args.pricing, overrides=overrides)
+    predicted = predict_training(fit.load_plan_figures(args.plan), mfu=args.mfu, pricing=args.pricing,
+                                 overrides=overrides)
     print(format_prices(overrides))
     print()
     print(format_table(table, predicted))

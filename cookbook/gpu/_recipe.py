@@ -52,8 +52,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
+from cookbook import core, models
 from cookbook import lora as lora_lib
-from cookbook import models
 
 LossNormalisation = Literal["per_micro_batch", "tokens_in_step"]
 
@@ -435,18 +435,13 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cli)
 
 
+@core.user_errors("gpu-recipe", code=2)
 def _cli(args: argparse.Namespace) -> int:
-    import sys
-
     from cookbook import train
 
-    try:
-        config = train.config_of_run(args.run) if args.run else train.train_preset(args.preset)
-        cluster = GpuCluster(num_gpus=args.num_gpus, fsdp_version=args.fsdp_version, bf16=not args.no_bf16)
-        recipe = derive_gpu_recipe(config, cluster=cluster, base_model=args.base_model)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"cookbook gpu-recipe: {e}", file=sys.stderr)
-        return 2
+    config = train.config_of_run(args.run) if args.run else train.train_preset(args.preset)
+    cluster = GpuCluster(num_gpus=args.num_gpus, fsdp_version=args.fsdp_version, bf16=not args.no_bf16)
+    recipe = derive_gpu_recipe(config, cluster=cluster, base_model=args.base_model)
     paths = write_gpu_recipe(args.out, recipe)
     for k, v in summary(recipe).items():
         print(f"{k:34} {v}")

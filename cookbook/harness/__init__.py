@@ -1,6 +1,7 @@
 """The harness: notebook records, the run report, the demo and the command line."""
 
 from cookbook.harness._cli import (  # noqa: F401
+    COMMANDS,
     build_parser,
     main,
 )

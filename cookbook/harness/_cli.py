@@ -31,13 +31,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     width = max(map(len, COMMANDS))
-    parser = argparse.ArgumentParser(
+    parser = core.OneLineParser(
         prog="cookbook",
         description="Fine-tune Gemma 4 with LoRA on Cloud TPU and serve it with vLLM.",
         epilog="Commands:\n" + "\n".join(f"  {n:<{width}} {h}" for n, (_, h) in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Every subcommand's parser answers a usage error with one line, like its other errors.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=core.OneLineParser)
     if command in COMMANDS:
         package = importlib.import_module(COMMANDS[command][0])
         getattr(package, f"register_{command.replace('-', '_')}_cli")(sub)
@@ -52,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cookbook: unknown command {command!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        prog = f"cookbook {command}" if command else "cookbook"
+        print(f"{prog}: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if command is None else 2

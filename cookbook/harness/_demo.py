@@ -103,15 +103,13 @@ def run_demo(
     Returns (run directory, report). Raises :class:`NotebookFailed` at the first failing
     notebook, after writing the report of what ran.
     """
-    import papermill as pm
-    from tqdm.auto import tqdm
-
-
     core.setup_runtime_env()
     notebooks_dir = Path(notebooks_dir).resolve()
     paths = list_notebooks(notebooks_dir, only)
     if not paths:
         raise ValueError(f"no notebooks (NN_*.ipynb) in {notebooks_dir}")
+    import papermill as pm  # after the checks above: a wrong --only is answered at once
+    from tqdm.auto import tqdm
     run_dir = Path(run_dir) if run_dir else new_run_dir(runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir.resolve()
@@ -211,6 +209,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
 def _cli(args: argparse.Namespace) -> int:
     try:
         if args.report_only:
+            run = Path(args.report_only)
+            if not ((run / report_mod.DEMO_LOG).is_file() or any(run.glob("[0-9][0-9]_*.json"))):
+                raise ValueError(f"--report-only {run}: not a run directory (no {report_mod.DEMO_LOG}, no "
+                                 "notebook records); pass one of runs/<timestamp>/ or runs/latest")
             rep = report_mod.write_report(args.report_only, args.notebooks)
             print(f"report: {rep.run_dir / 'report.md'}")
             return 0
@@ -220,8 +222,8 @@ def _cli(args: argparse.Namespace) -> int:
         print(f"\ncookbook demo: STOPPED. {e}", file=sys.stderr)
         print(f"partial report: {e.output.parent / 'report.md'}", file=sys.stderr)
         return 1
-    except (ValueError, report_mod.ReportError) as e:
-        print(f"\ncookbook demo: {e}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, report_mod.ReportError) as e:
+        print(f"cookbook demo: {core.one_line(e)}", file=sys.stderr)
         return 1
     print(f"\nall notebooks ran. report: {run_dir / 'report.md'} (and report.html)")
     return 0

@@ -400,11 +400,14 @@ def register_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
+@core.user_errors("merge")
 def _cli(args: argparse.Namespace) -> int:
+    if args.base:  # a bad --base is found from its index alone, before the LoRA checkpoint is read
+        models.read_checkpoint_index(args.base)
     ckpt = open_lora_checkpoint(args.lora, step=args.step, preset=args.preset, alpha=args.alpha)
     base_dir = args.base or ckpt.base_dir
     if base_dir is None:
-        raise SystemExit("cookbook merge: no --base given and the checkpoint records no base dir")
+        raise ValueError("no --base given and the checkpoint records no base dir: pass --base BASE_DIR")
     r = merge_lora(base_dir, ckpt, args.out, text_only=args.text_only, max_shard_bytes=args.max_shard_size,
                    overwrite=args.overwrite, preset=args.preset)
     print(f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "

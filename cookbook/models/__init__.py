@@ -1,6 +1,7 @@
 """Stage 00: Gemma 4 presets, the tokenizer, base checkpoints, the Tunix loader and parity checks."""
 
 from cookbook.models._base import (  # noqa: F401
+    BaseDownloadError,
     default_base_dir,
     ensure_base,
     fingerprint,

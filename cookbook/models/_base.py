@@ -192,20 +192,47 @@ def _perturb_ones(model, seed: int) -> None:
                 tensor.add_(0.1 * torch.randn(tensor.shape, generator=gen, dtype=tensor.dtype))
 
 
+class BaseDownloadError(RuntimeError):
+    """A released checkpoint could not be downloaded; the message says what to do."""
+
+
 def _download(p: models.ModelPreset, out: str | Path | None) -> Path:
     """Snapshot-download a released checkpoint (safetensors, configs, tokenizer only)."""
     try:
+        from huggingface_hub import errors as hub_errors
         from huggingface_hub import snapshot_download
     except ImportError as e:  # pragma: no cover - transformers depends on it
         raise RuntimeError("huggingface_hub is needed to download real checkpoints") from e
     token = os.environ.get("HF_TOKEN") or _colab_secret("HF_TOKEN")
-    path = snapshot_download(
-        p.hf_checkpoint,
-        local_dir=str(out) if out else None,
-        allow_patterns=["*.safetensors", "*.json", "*.jinja", "tokenizer*"],
-        token=token,
-    )
+    try:
+        path = snapshot_download(
+            p.hf_checkpoint,
+            local_dir=str(out) if out else None,
+            allow_patterns=["*.safetensors", "*.json", "*.jinja", "tokenizer*"],
+            token=token,
+        )
+    except hub_errors.GatedRepoError:
+        raise BaseDownloadError(_download_advice(p, token, "the Hub refused this token access to the gated "
+                                                           "weights")) from None
+    except (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError):
+        raise BaseDownloadError(_download_advice(p, token, "the Hub did not find it for this token (a "
+                                                           "missing or wrong token reads the same)")) from None
+    except hub_errors.LocalEntryNotFoundError:
+        raise BaseDownloadError(_download_advice(p, token, "this host cannot reach the Hub and has no "
+                                                           "downloaded copy")) from None
+    except (hub_errors.HfHubHTTPError, OSError) as e:
+        raise BaseDownloadError(_download_advice(p, token, f"{type(e).__name__}")) from None
     return Path(path)
+
+
+def _download_advice(p: models.ModelPreset, token: str | None, why: str) -> str:
+    """What to do when a download failed. Names ``HF_TOKEN``, never its value."""
+    has_token = "set" if token else "not set"
+    return (f"cannot download {p.hf_checkpoint} for preset {p.name}: {why}. The Gemma weights are gated: "
+            f"accept the Gemma licence at https://huggingface.co/{p.hf_checkpoint} with your Hugging Face "
+            f"account, set HF_TOKEN to a read token of that account (HF_TOKEN is {has_token} here) and run "
+            "this on a host that reaches huggingface.co; or, with a local copy of the checkpoint, skip "
+            "this step and pass its directory as --base DIR (cookbook train / cookbook merge)")
 
 
 def _colab_secret(name: str) -> str | None:
@@ -232,6 +259,7 @@ def register_cli(sub) -> None:
     parser.set_defaults(func=_cli)
 
 
+@core.user_errors("base", BaseDownloadError)
 def _cli(args) -> int:
     path = ensure_base(args.preset, seed=args.seed, out=args.out, num_shards=args.num_shards)
     print(path)

@@ -28,9 +28,12 @@ def read_checkpoint_index(ckpt_dir: str | Path) -> dict[str, str]:
         weight_map = json.loads(index.read_text())["weight_map"]
         for shard in set(weight_map.values()):
             if Path(shard).name != shard or shard in {".", ".."}:
-                raise ValueError(f"{index}: shard name {shard!r} points outside the checkpoint directory")
+                raise ValueError(f"{index}: shard name {shard!r} points outside the checkpoint directory; an index "
+                                 "may only name files beside it: restore the checkpoint's own index (download "
+                                 "it again, or rebuild it with `cookbook base`)")
             if not (ckpt_dir / shard).is_file():
-                raise FileNotFoundError(f"{index} names {shard!r}, which is missing from {ckpt_dir}")
+                raise FileNotFoundError(f"{index} names {shard!r}, which is missing from {ckpt_dir}: copy the "
+                                        "whole checkpoint directory (every shard the index names)")
         return dict(weight_map)
     single = ckpt_dir / "model.safetensors"
     if single.is_file():

@@ -20,7 +20,6 @@ from cookbook.serve._bench import (  # noqa: F401
     vllm_bench_point,
     write_json,
 )
-from cookbook.serve._bench import register_cli as register_bench_cli  # noqa: E402, F401, I001
 from cookbook.serve._check import (  # noqa: F401
     agreement,
     answer_budget,
@@ -29,6 +28,7 @@ from cookbook.serve._check import (  # noqa: F401
     served_completions,
     served_exact_match,
 )
+from cookbook.serve._cli import check_endpoint, register_bench_cli  # noqa: F401
 from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402, F401, I001
 from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401

@@ -409,38 +409,3 @@ def write_json(path: str | Path, payload: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(core.to_jsonable(payload), indent=2))
     return path
-
-
-# ------------------------------------------------------------------------------------------
-# CLI
-def register_cli(sub) -> None:
-    p = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint: TTFT, latency, throughput",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model", required=True, help="served model name")
-    p.add_argument("--scenario", choices=["custom", "paper_burst"], default="custom")
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--num-prompts", type=int, default=64)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--request-rate", type=float, default=None, help="req/s instead of a concurrency sweep")
-    p.add_argument("--vocab-size", type=int, default=262_144, help="for random token-id prompts")
-    p.add_argument("--api-key-env", default=None, help="env var holding the API key")
-    p.add_argument("--out", default="bench.json")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    if args.scenario == "paper_burst":
-        points = [run_scenario(args.base_url, args.model, PAPER_BURST, vocab_size=args.vocab_size, api_key=key)]
-    else:
-        prompts = random_prompts(args.vocab_size, args.num_prompts, args.input_len)
-        if args.request_rate:
-            points = [run_point(args.base_url, args.model, prompts, args.output_len,
-                                request_rate=args.request_rate, api_key=key)]
-        else:
-            points = sweep(args.base_url, args.model, prompts, args.output_len, args.concurrency, api_key=key)
-    print(table(points))
-    print(write_json(args.out, points))
-    return 0 if all(p["num_ok"] == p["num_requests"] for p in points) else 1

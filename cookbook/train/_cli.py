@@ -77,6 +77,14 @@ def config_from_args(args) -> TrainConfig:
             nested[group][field] = value
         else:
             changes[path] = value
+    # Checked here, before any model is built: a typo should cost a second, not a compile.
+    for flag, value in (("--data", args.data), ("--eval-data", args.eval_data)):
+        if value and not Path(value).is_file():
+            raise FileNotFoundError(f"{flag} {value}: no such file; pass a .jsonl or .parquet file of chat rows "
+                                    f"(or leave {flag} out to use the sample task)")
+    if args.base and not Path(args.base).is_dir():
+        raise FileNotFoundError(f"--base {args.base}: no such directory; pass a checkpoint directory "
+                                "(`cookbook base --preset NAME` prints one)")
     if args.data:
         changes["train_data"] = str(Path(args.data).resolve())
     if args.eval_data:
@@ -99,30 +107,24 @@ def config_from_args(args) -> TrainConfig:
     return config.replace(**changes)
 
 
+@core.user_errors("train", NonFiniteLossError, data_lib.DataError, models.BaseDownloadError, RuntimeError)
 def _cli(args) -> int:
-    import sys
-
-    try:
-        config = config_from_args(args)
-        if args.print_pod_command:
-            print(pod_commands(config, slice_name=args.slice, tpu_name=args.tpu_name, zone=args.zone,
-                               bucket=args.bucket, run_name=Path(args.out).name if args.out else "run"))
-            return 0
-        if not args.show_config:
-            # Before anything touches a device: join the job (a no-op on one CPU host).
-            info = mesh_lib.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
-            if info.process_count > 1 and args.eval_accuracy:
-                raise ValueError("--eval-accuracy runs on one process: evaluate the finished run with "
-                                 f"`cookbook train ... --out {args.out} --eval-accuracy N` on one host")
-        if args.show_config:
-            print(json.dumps(config.to_dict(), indent=2))
-            return 0
-        if not args.out:
-            raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
-        result = train(config, args.out)
-    except (NonFiniteLossError, data_lib.DataError, FileExistsError, ValueError, RuntimeError) as e:
-        print(f"cookbook train: {e}", file=sys.stderr)
-        return 1
+    config = config_from_args(args)
+    if args.print_pod_command:
+        print(pod_commands(config, slice_name=args.slice, tpu_name=args.tpu_name, zone=args.zone,
+                           bucket=args.bucket, run_name=Path(args.out).name if args.out else "run"))
+        return 0
+    if args.show_config:
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    # Before anything touches a device: join the job (a no-op on one CPU host).
+    info = mesh_lib.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+    if info.process_count > 1 and args.eval_accuracy:
+        raise ValueError("--eval-accuracy runs on one process: evaluate the finished run with "
+                         f"`cookbook train ... --out {args.out} --eval-accuracy N` on one host")
+    if not args.out:
+        raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
+    result = train(config, args.out)
     import jax
 
     if jax.process_count() > 1:

@@ -256,20 +256,20 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     import contextlib
 
     import jax
+
+    if config.flash_attention and jax.default_backend() != "tpu":
+        raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
+                         f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
+    base_dir = resolve_base_dir(config)  # before the trainer's imports: a missing base is said at once
     import orbax.checkpoint as ocp
     from tunix.sft import metrics_logger, peft_trainer
 
-    if config.flash_attention:
-        if jax.default_backend() != "tpu":
-            raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
-                             f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
     primary = jax.process_index() == 0
     if str(run_dir).startswith(("gs://", "s3://")):
         raise ValueError(f"--out {run_dir}: the run directory must be a path on this host; mount the bucket "
                          "(gcsfuse --implicit-dirs BUCKET /mnt/bucket) and pass /mnt/bucket/runs/NAME")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    base_dir = resolve_base_dir(config)
     rec = recipe(config, base_dir)
     mesh = make_mesh(config)
     _check_multiprocess(config, mesh)

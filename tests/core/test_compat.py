@@ -13,6 +13,9 @@ import pytest
 
 from cookbook import core
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 
 def test_every_private_name_is_where_the_pinned_versions_keep_it():
     found = core.compat.check()

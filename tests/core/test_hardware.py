@@ -6,6 +6,9 @@ import pytest
 
 from cookbook import core
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 # The paper's on-demand list prices (arXiv 2605.25645), USD per hour for the whole machine.
 PAPER_ON_DEMAND = {"tpu-v5p-8": 16.80, "tpu-v6e-8": 21.52, "gpu-2xh100": 22.12}
 

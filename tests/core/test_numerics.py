@@ -11,6 +11,9 @@ import pytest
 
 from cookbook import core
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 
 def _matmuls(seed=0):
     """One function, x @ w, three ways: exact (float64), reference and candidate (float32,

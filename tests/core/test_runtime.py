@@ -12,6 +12,9 @@ import pytest
 
 from cookbook import core
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -89,11 +92,19 @@ def test_to_jsonable_refuses_what_it_cannot_store(value, name):
         core.to_jsonable(value)
 
 
-def test_to_jsonable_takes_jax_and_torch_arrays_of_any_rank():
+def test_to_jsonable_takes_jax_arrays_of_any_rank():
     import jax.numpy as jnp
+
+    from cookbook import core
+
+    assert core.to_jsonable({"j": jnp.arange(3), "m": jnp.ones((1, 2)), "s": jnp.float32(2.5)}) == {
+        "j": [0, 1, 2], "m": [[1.0, 1.0]], "s": 2.5}
+
+
+@pytest.mark.torch
+def test_to_jsonable_takes_torch_tensors():
     import torch
 
     from cookbook import core
 
-    assert core.to_jsonable({"j": jnp.arange(3), "t": torch.tensor([[1.5, 2.0]]), "s": jnp.float32(2.5)}) == {
-        "j": [0, 1, 2], "t": [[1.5, 2.0]], "s": 2.5}
+    assert core.to_jsonable({"t": torch.tensor([[1.5, 2.0]]), "s": torch.tensor(3)}) == {"t": [[1.5, 2.0]], "s": 3}

@@ -117,8 +117,7 @@ def test_predicted_row_without_plan_says_so(tmp_path):
 
 def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     out = tmp_path / "cost.json"
-    rc = harness.main(["cost", "--json", str(out), "--plot", str(tmp_path / "c.png"),
-                   "--plan", str(tmp_path / "none.json"), "--serving-hours", "1", "24"])
+    rc = harness.main(["cost", "--json", str(out), "--plot", str(tmp_path / "c.png"), "--serving-hours", "1", "24"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "$56.11" in text and "$119.23" in text and "1.821x" in text and "1.135x" in text
@@ -127,3 +126,6 @@ def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     assert (tmp_path / "c.png").stat().st_size > 10_000
     assert harness.main(["cost", "--pricing", "spot"]) == 2
     assert "unknown" in capsys.readouterr().err
+    # A --plan that is not there is an error, not a silent switch to the paper's measured speed.
+    assert harness.main(["cost", "--plan", str(tmp_path / "none.json")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -42,6 +42,7 @@ def _segments(batch):
 # Rendering and masks
 
 
+@pytest.mark.jax_only
 def test_loss_mask_covers_exactly_the_answer_and_turn_end(tok, rows):
     for row in rows[:20]:
         ids, mask = data.tokenize_chat(tok, row)
@@ -63,6 +64,7 @@ def test_prompt_completion_and_messages_rows_tokenise_alike(tok):
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.jax_only
 def test_multi_turn_masks_every_answer(tok):
     row = {
         "messages": [
@@ -118,6 +120,7 @@ def _messy_file(tmp_path, good_rows):
     return path, expected, len(path.read_bytes().splitlines())
 
 
+@pytest.mark.jax_only
 def test_every_bad_row_is_reported_with_its_line_and_reason(tmp_path, tok, rows):
     path, expected, n_lines = _messy_file(tmp_path, rows[:190])
     examples, report = data.prepare_examples(path, tok, data.DataConfig(seq_len=64, max_bad_fraction=0.1))
@@ -174,6 +177,7 @@ def test_padded_batches(tok, rows):
     np.testing.assert_array_equal(batch["positions"][0, :n], np.arange(n))
 
 
+@pytest.mark.jax_only
 def test_packed_batches_hold_whole_examples_with_restarting_positions(tok, rows):
     cfg = data.DataConfig(seq_len=256, batch_size=4, packing=True, seed=3)
     by_tokens = {tuple(data.tokenize_chat(tok, r)[0]): data.tokenize_chat(tok, r)[1] for r in rows}
@@ -261,6 +265,7 @@ def _tokens(it, n):
     return [np.asarray(next(it)["input_tokens"]) for _ in range(n)]
 
 
+@pytest.mark.jax_only
 @pytest.mark.parametrize("packing", [False, True])
 def test_order_is_deterministic_and_resumable(examples, packing):
     cfg = data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=7)
@@ -293,6 +298,7 @@ def test_epochs_reshuffle(examples):
     assert sorted(map(tuple, first)) == sorted(map(tuple, second))
 
 
+@pytest.mark.jax_only
 def test_batches_are_sharded_on_the_data_axis(examples, mesh_4x2):
     from jax.sharding import PartitionSpec
 

@@ -6,6 +6,9 @@ import pytest
 
 from cookbook import data
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 PROMPT_RE = re.compile(r"Write a Verilog module named (\w+) that (\w+) two (\d+)-bit inputs\.")
 ANSWER_RE = re.compile(
     r"module (\w+)\(input \[(\d+):0\] a, b, output \[(\d+):0\] y\);\n  assign y = a (\S+) b;\nendmodule"

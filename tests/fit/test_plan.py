@@ -48,6 +48,22 @@ def test_tiny_plans_compile_and_are_consistent(plans):
     assert v6e.peak_flops == pytest.approx(2 * dec.peak_flops, rel=0.01)
 
 
+@pytest.mark.jax_only
+def test_one_short_tiny_step_compiles_for_v5p_with_no_tpu():
+    """One real deviceless compile (what the TPU-host pass can afford): the step compiles for
+    v5p-8's 4 chips, fits, carries exactly the LoRA parameters Qwix creates, and applies
+    Tunix's activation sharding on the TPU mesh."""
+    cfg = fit.PlanConfig(slice_name="v5p-8", remat="none", **{**TINY, "seq_len": 128})
+    r = fit.plan(cfg)
+    assert r.compiles and r.fits, r.summary()
+    assert (r.fsdp, r.tp, r.chips) == (2, 2, 4)
+    assert r.lora_params == lora.expected_lora_params("tiny", cfg.lora)
+    assert r.activation_constraints > 0
+    assert 0 < r.argument_bytes and 0 < r.temp_bytes and r.total_bytes < r.hbm_bytes
+    assert r.tokens_per_step == 4 * 128
+
+
+@pytest.mark.jax_only
 def test_activation_sharding_needs_the_patch():
     from cookbook import mesh as mesh_lib
     from cookbook import models
@@ -63,6 +79,7 @@ def test_activation_sharding_needs_the_patch():
     assert counts[True] > 6  # at least one per layer
 
 
+@pytest.mark.jax_only
 def test_wrong_layouts_are_refused_before_compiling():
     with pytest.raises(ValueError, match="fsdp=4 does not divide batch = 2"):
         fit.plan(fit.PlanConfig(model_preset="tiny", slice_name="v6e-8", mesh_fsdp=4, mesh_tp=2, batch_size=2, seq_len=64))
@@ -75,6 +92,7 @@ def test_wrong_layouts_are_refused_before_compiling():
         fit.tpu_devices("v9-8")
 
 
+@pytest.mark.jax_only
 def test_compile_failure_is_a_sentence_not_a_traceback():
     report = fit.PlanReport(config=fit.PlanConfig().to_dict(), compiles=False, error="CompileTimeScopedVmemOom: x")
     assert "does not compile for this slice: CompileTimeScopedVmemOom" in report.summary()
@@ -97,6 +115,7 @@ def test_cli_prints_the_plan(plans, capsys):
     assert f"{plans[('v5p-8', 'decoder')].temp_bytes / 2**30:.3g} GiB" in out
 
 
+@pytest.mark.jax_only
 def test_recommended_training_is_the_committed_pick_and_the_31b_train_preset_runs_it():
     from cookbook import train
 
@@ -119,6 +138,7 @@ def test_recommended_training_is_the_committed_pick_and_the_31b_train_preset_run
         fit.recommended_training("tiny")
 
 
+@pytest.mark.jax_only
 def test_plan_config_reads_legacy_reports_and_round_trips():
     legacy = {"preset": "gemma4_31b", "slice_name": "v5p-8", "fsdp": 1, "tp": 4, "batch": 2, "seq_len": 4096,
               "remat": "none", "flash": True, "block": 512, "lora_rank": 64, "lora_alpha": 64.0,
@@ -131,6 +151,7 @@ def test_plan_config_reads_legacy_reports_and_round_trips():
         fit.PlanConfig.from_dict({"presett": "tiny"})
 
 
+@pytest.mark.jax_only
 def test_cli_recommended_prints_the_layout_as_json(capsys):
 
     from cookbook import harness
@@ -141,6 +162,7 @@ def test_cli_recommended_prints_the_layout_as_json(capsys):
     assert "no committed planner results" in capsys.readouterr().err
 
 
+@pytest.mark.jax_only
 def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
     from cookbook import core, models
 

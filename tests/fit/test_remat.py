@@ -13,6 +13,7 @@ def lora_model(tiny_base):
     return lora.apply_lora(model, lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"), preset="tiny")
 
 
+@pytest.mark.jax_only
 def test_remat_policy_swaps_nnx_remat_only_while_tracing():
     from flax import nnx
 

@@ -4,6 +4,9 @@ import pytest
 
 from cookbook import fit
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 
 def test_projection_keeps_input_axes_on_a_and_output_axes_on_b():
     # q_einsum w (N, D, H) sharded (tp, fsdp, None); D is contracted.

@@ -17,6 +17,7 @@ ALL7 = L.LoraConfig(rank=4, alpha=8.0)
 # Name translation (pure Python, instant)
 
 
+@pytest.mark.jax_only
 def test_default_targets_cover_every_weight_including_k_eq_v():
     path = L.qwix_module_path(ALL7, "gemma4_31b")
     got = {pr.tunix_path for pr in L.matched_projections(path, "gemma4_31b")}
@@ -39,6 +40,7 @@ def test_default_targets_cover_every_weight_including_k_eq_v():
         (r".*\.(q_proj|down_proj)", {"attn/q_einsum", "mlp/down_proj"}),
     ],
 )
+@pytest.mark.jax_only
 def test_peft_targets_translate_and_round_trip(targets, leaves):
     p = models.get_preset("tiny")
     path = L.qwix_module_path(targets, p)
@@ -49,6 +51,7 @@ def test_peft_targets_translate_and_round_trip(targets, leaves):
     assert L.qwix_module_path(tuple(back), p) == path
 
 
+@pytest.mark.jax_only
 def test_kv_einsum_regex_on_31b_is_caught_and_explained():
     with pytest.raises(
         L.LoraCoverageError, match=r"k_proj is adapted on 50 of 60 layers.*k_einsum"
@@ -60,6 +63,7 @@ def test_kv_einsum_regex_on_31b_is_caught_and_explained():
     L.check_module_path(".*(kv_einsum|k_einsum)", "gemma4_31b")
 
 
+@pytest.mark.jax_only
 def test_targets_that_match_nothing_or_split_kv_fail_loudly():
     with pytest.raises(L.LoraCoverageError, match="match no projection"):
         L.qwix_module_path(("qkv_proj",), "tiny")
@@ -71,6 +75,7 @@ def test_targets_that_match_nothing_or_split_kv_fail_loudly():
         L.qwix_module_path(("k_proj",), "tiny")
 
 
+@pytest.mark.jax_only
 def test_partial_layers_need_explicit_consent():
     targets = r".*layers\.[0-2]\.self_attn\.q_proj"
     with pytest.raises(L.LoraCoverageError, match="q_proj is adapted on 3 of 6 layers"):
@@ -84,6 +89,7 @@ def test_partial_layers_need_explicit_consent():
     ]
 
 
+@pytest.mark.jax_only
 def test_coverage_rows_show_absent_v_on_global_layers():
     rows = L.lora_targets_by_layer("gemma4_31b", ALL7)
     assert len(rows) == 60
@@ -95,6 +101,7 @@ def test_coverage_rows_show_absent_v_on_global_layers():
     assert len(table.splitlines()) == 61
 
 
+@pytest.mark.jax_only
 def test_counts_differ_from_peft_only_by_the_shared_kv_a():
     p = models.get_preset("gemma4_31b")
     cfg = L.LoraConfig(rank=64, alpha=64.0)
@@ -107,6 +114,7 @@ def test_counts_differ_from_peft_only_by_the_shared_kv_a():
     assert L.expected_lora_params(p, cfg) == L.peft_lora_params(p, cfg) - 50 * d * r
 
 
+@pytest.mark.jax_only
 def test_projections_match_the_abstract_tunix_model():
     for name in ("tiny", "gemma4_31b"):
         p = models.get_preset(name)
@@ -202,6 +210,7 @@ def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
     assert float(jnp.abs(c - base_logits).max()) > 1e-3
 
 
+@pytest.mark.jax_only
 def test_apply_lora_is_immune_to_the_remat_trap():
     """Qwix inside a remat-wrapped call creates no adapters; apply_lora turns remat off first.
 
@@ -231,6 +240,7 @@ def test_apply_lora_is_immune_to_the_remat_trap():
     assert base.config.remat_config.name == "DECODER"  # the caller's model keeps its setting
 
 
+@pytest.mark.jax_only
 def test_apply_lora_refuses_a_wrong_count():
     from flax import nnx
     from tunix.models.gemma4 import model as gemma4
@@ -244,6 +254,7 @@ def test_apply_lora_refuses_a_wrong_count():
         )
 
 
+@pytest.mark.jax_only
 def test_apply_lora_on_mesh_shards_adapters_like_their_weights(tiny_base, mesh_4x2):
     from cookbook import models
 
@@ -261,6 +272,7 @@ def test_apply_lora_on_mesh_shards_adapters_like_their_weights(tiny_base, mesh_4
     assert {s.data.shape for s in a.addressable_shards} == {(32, 4)}
 
 
+@pytest.mark.jax_only
 def test_parse_targets_reads_names_all_linear_and_regexes():
     assert L.parse_targets("q_proj, v_proj") == ("q_proj", "v_proj")
     assert L.parse_targets("all-linear") == "all-linear"
@@ -273,6 +285,7 @@ def test_parse_targets_reads_names_all_linear_and_regexes():
 @pytest.mark.parametrize(
     "module_path", [".*kv_einsum", ".*(q_einsum|k_einsum)", r"layers/[0-2]/mlp/.*"]
 )
+@pytest.mark.jax_only
 def test_regex_coverage_is_what_qwix_really_creates(module_path):
     """coverage_rows evaluates the regex on our layer list; coverage_of_model reads Qwix's result."""
     model = L.abstract_qwix_model("tiny", module_path, rank=4, alpha=8.0)

@@ -10,6 +10,9 @@ import pytest
 
 from cookbook import mesh as M
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 
 def test_make_mesh_axes_and_auto_types(mesh_4x2):
     import jax

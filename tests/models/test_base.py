@@ -8,6 +8,7 @@ from safetensors import safe_open
 from cookbook import models
 
 
+@pytest.mark.jax_only
 def test_tiny_base_has_the_released_layout(tiny_base):
     files = {p.name for p in tiny_base.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors.index.json"} <= files
@@ -36,6 +37,7 @@ def test_build_is_deterministic_and_cached(tmp_path, tiny_base):
     assert (again / "model.safetensors.index.json").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.jax_only
 def test_refuses_to_overwrite_foreign_or_different_dirs(tmp_path, tiny_base):
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -55,6 +57,7 @@ def test_cli_base_prints_the_directory(tmp_path, capsys):
     assert models.is_complete(tmp_path / "cli")
 
 
+@pytest.mark.jax_only
 def test_fingerprint_follows_the_bytes_not_the_path(tmp_path, tiny_base):
     import shutil
 

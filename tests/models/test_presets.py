@@ -1,7 +1,6 @@
 """Presets: Tunix and transformers configs derived from one definition must agree."""
 
 import pytest
-import torch
 
 from cookbook import models
 
@@ -15,6 +14,7 @@ def _tunix_reference(name):
     return getattr(gemma4.ModelConfig, name)()
 
 
+@pytest.mark.jax_only
 @pytest.mark.parametrize("name", REAL)
 def test_real_presets_match_tunix_classmethods(name):
     """Our real presets give exactly Tunix's own ModelConfig.gemma4_*() architecture."""
@@ -78,6 +78,7 @@ def test_hf_and_tunix_configs_agree_field_by_field(name):
 @pytest.mark.parametrize("name", ALL)
 def test_param_count_matches_transformers(name):
     """The analytic count equals transformers' module built on the meta device (no memory)."""
+    import torch
     from transformers import Gemma4ForCausalLM
 
     p = models.get_preset(name)
@@ -88,6 +89,7 @@ def test_param_count_matches_transformers(name):
     assert p.num_params() == n_params
 
 
+@pytest.mark.jax_only
 def test_31b_is_31b_and_tiny_keeps_its_structure():
     big, tiny = models.gemma4_31b(), models.tiny()
     assert 30.0e9 < big.num_params() < 32.0e9
@@ -109,6 +111,7 @@ def test_31b_is_31b_and_tiny_keeps_its_structure():
     assert 80e6 < models.small().num_params() < 200e6
 
 
+@pytest.mark.jax_only
 def test_unknown_preset_error_lists_choices():
     with pytest.raises(ValueError, match="gemma4_31b"):
         models.get_preset("gemma4-31b")

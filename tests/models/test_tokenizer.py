@@ -4,6 +4,9 @@ import pytest
 
 from cookbook import models
 
+# Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
+pytestmark = pytest.mark.jax_only
+
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):

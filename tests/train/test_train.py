@@ -34,6 +34,7 @@ def small_config(**changes) -> train.TrainConfig:
     return base.replace(**changes)
 
 
+@pytest.mark.jax_only
 def test_presets_carry_the_papers_hyperparameters():
     big = train.train_preset("gemma4_31b")
     assert (big.lora.rank, big.lora.alpha, big.lora.dropout) == (64, 64.0, 0.05)
@@ -51,6 +52,7 @@ def test_presets_carry_the_papers_hyperparameters():
         tiny.replace(model_preset="gemma5")
 
 
+@pytest.mark.jax_only
 def test_config_round_trip_and_cache_key(tiny_base):
     c = train.train_preset("tiny")
     assert train.TrainConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
@@ -72,6 +74,7 @@ def test_config_round_trip_and_cache_key(tiny_base):
     assert train.result_determinants()["devices"] == 8
 
 
+@pytest.mark.jax_only
 def test_optimizer_warms_up_then_decays():
     import jax.numpy as jnp
 
@@ -91,6 +94,7 @@ def test_optimizer_warms_up_then_decays():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
 
 
+@pytest.mark.jax_only
 @pytest.mark.slow
 def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     c = small_config(grad_accum_steps=2)
@@ -208,6 +212,7 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     assert [a[s] for s in sorted(a)] == [b[s] for s in sorted(a)]
 
 
+@pytest.mark.jax_only
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
     from cookbook import harness
 
