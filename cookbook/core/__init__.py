@@ -7,6 +7,7 @@ from cookbook.core._compat import (  # noqa: E402, F401
     last_buffered_train_loss,
     scalar_listeners,
     tunix_activation_sharding,
+    tunix_einsum_accepts_quantized,
     tunix_loss_fn,
 )
 from cookbook.core._hardware import (  # noqa: F401

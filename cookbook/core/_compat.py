@@ -105,6 +105,44 @@ def last_buffered_train_loss(trainer) -> float | None:
     return float(last.loss) if last is not None and last.losses else None
 
 
+def tunix_einsum_accepts_quantized() -> bool:
+    """Let Tunix's Gemma 4 ``Einsum`` run on a Qwix-quantized weight (QLoRA); idempotent.
+
+    Tunix 0.1.7 (and Tunix main, August 2026) casts the weight with ``jnp.astype(w,
+    self.dtype)`` in ``Einsum.__call__``; for a Qwix PTQ weight (``WithAux`` around a
+    ``QArray``) that raises ``TypeError: astype requires ndarray or scalar arguments``, so
+    every attention projection of a quantized model fails while the MLP (``nnx.Linear``)
+    works. The replacement casts the quantized weight's dequantisation scale instead
+    (``QArray.astype``'s meaning) and calls the original for every plain array, so an
+    unquantized model computes exactly what it did. ``tests/core/test_compat.py`` checks
+    that the original still fails: when Tunix fixes it upstream, that test says to drop this.
+    Returns True when it installed the patch, False when it was already installed.
+    """
+    import jax.numpy as jnp
+    from qwix._src.providers import ptq
+    from tunix.models.gemma4 import model as gemma4_model
+
+    cls = gemma4_model.Einsum
+    if getattr(cls.__call__, "_cookbook_quantized_ok", False):
+        return False
+    original = cls.__call__
+
+    def __call__(self, x):
+        w = self.w.get_value()
+        if not isinstance(w, ptq.WithAux):
+            return original(self, x)
+        if self.w_scale is not None:
+            raise NotImplementedError(f"Einsum {self.einsum_str!r} scales its weight (w_scale); "
+                                      "leave it out of the quantized weights")
+        w = w.replace(array=w.array.astype(self.dtype))
+        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w)
+
+    __call__._cookbook_quantized_ok = True  # type: ignore[attr-defined]
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__call__ = __call__
+    return True
+
+
 TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
 
 
@@ -112,6 +150,7 @@ def check() -> dict[str, bool]:
     """Whether each private name this module uses is where it expects (for the compat test)."""
     from jax._src import monitoring
     from jax._src.interpreters import partial_eval as pe
+    from qwix._src.providers import ptq
     from tunix.models.gemma4 import model as gemma4_model
     from tunix.sft import peft_trainer
     from tunix.utils import sharding_utils
@@ -123,6 +162,10 @@ def check() -> dict[str, bool]:
         "tunix sharding_utils.shard": callable(getattr(sharding_utils, "shard", None)),
         "jax.monitoring._scalar_listeners": isinstance(getattr(monitoring, "_scalar_listeners", None), list),
         "PeftTrainer._tqdm_train_metrics": hasattr(peft_trainer.PeftTrainer, TQDM_METRICS_ATTRIBUTE),
+        "qwix._src.providers.ptq.WithAux with a replaceable array":
+            hasattr(ptq.WithAux, "replace") and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
+        "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str":
+            all(n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")),
         "PeftTrainer buffers _prev_buffered_train_metrics":
             "_prev_buffered_train_metrics" in open(peft_trainer.__file__).read(),
     }
