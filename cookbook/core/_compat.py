@@ -128,7 +128,7 @@ def tunix_einsum_accepts_quantized() -> bool:
     original = cls.__call__
 
     def __call__(self, x):
-        w = self.w.get_value()
+        w = self.w  # Qwix PTQ puts its WithAux in the Param's place; an unquantized model keeps a Param
         if not isinstance(w, ptq.WithAux):
             return original(self, x)
         if self.w_scale is not None:
@@ -143,6 +143,44 @@ def tunix_einsum_accepts_quantized() -> bool:
     return True
 
 
+def qwix_finds_quantized_weights_when_tracing() -> bool:
+    """Let Qwix's QLoRA find an ``nnx.Linear``'s quantized kernel while tracing; idempotent.
+
+    ``qwix._src.utils.flax_util.find_param`` (Qwix 0.1.8) walks a tracer up its parents
+    (approach 1) and then compares the *walked* tracer's shape with the candidates'
+    (approach 2). Under ``nnx.eval_shape`` / ``nnx.jit`` the weight Qwix's PTQ has just
+    replaced by a ``WithAux`` is no longer on that chain, so the walk ends on another
+    shape and ``LoraProvider.dot_general`` creates no adapter: an abstract QLoRA model
+    (the planner's, a multi-process run's) silently loses every MLP adapter, while
+    einsum projections and concrete models keep theirs. The wrapper repeats approach 2
+    with the array it was given, among the current module's quantized weights only.
+    ``tests/core/test_compat.py`` checks that the original still misses it.
+    Returns True when it installed the wrapper, False when it was already installed.
+    """
+    import jax
+    from flax import nnx
+    from qwix._src.utils import flax_util
+
+    if getattr(flax_util.find_param, "_cookbook_shape_retry", False):
+        return False
+    original = flax_util.find_param
+
+    def find_param(x, ptq_array_type=None):
+        name = original(x, ptq_array_type)
+        if name is not None or ptq_array_type is None or not isinstance(x, jax.core.Tracer):
+            return name
+        module = flax_util.get_current_module()
+        if not isinstance(module, nnx.Module):
+            return None
+        same = [n for n, node in vars(module).items() if isinstance(node, ptq_array_type) and node.shape == x.shape]
+        return same[0] if len(same) == 1 else None
+
+    find_param._cookbook_shape_retry = True  # type: ignore[attr-defined]
+    find_param.__wrapped__ = original  # type: ignore[attr-defined]
+    flax_util.find_param = find_param
+    return True
+
+
 TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
 
 
@@ -151,11 +189,14 @@ def check() -> dict[str, bool]:
     from jax._src import monitoring
     from jax._src.interpreters import partial_eval as pe
     from qwix._src.providers import ptq
+    from qwix._src.utils import flax_util
     from tunix.models.gemma4 import model as gemma4_model
     from tunix.sft import peft_trainer
     from tunix.utils import sharding_utils
 
     return {
+        "qwix._src.utils.flax_util.find_param and get_current_module":
+            callable(getattr(flax_util, "find_param", None)) and callable(getattr(flax_util, "get_current_module", None)),
         "tunix.sft.peft_trainer._default_loss_fn": callable(getattr(peft_trainer, "_default_loss_fn", None)),
         "jax DynamicJaxprTracer._origin_msg": callable(getattr(pe.DynamicJaxprTracer, "_origin_msg", None)),
         "tunix gemma4 model.shard": callable(getattr(gemma4_model, "shard", None)),

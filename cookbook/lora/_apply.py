@@ -197,6 +197,7 @@ def apply_lora(
     check_quant_tile(p, quantize, quant_tile)
     if quantize is not None:
         core.tunix_einsum_accepts_quantized()
+        core.qwix_finds_quantized_weights_when_tracing()
     previous = [cfg.remat_config for cfg in models.tunix_configs(model)]
     models.set_remat(model, "none")
     provider = qwix.LoraProvider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile))

@@ -43,11 +43,15 @@ DEFAULT_QUANT_TILE = 128
 
 @dataclasses.dataclass(frozen=True)
 class QuantizedWeight:
-    """One weight Qwix stores quantized: its module path, shape and tiled (last contracting) axis."""
+    """One weight Qwix stores quantized: module path, shape, contracting axes (the last one is tiled)."""
 
     path: str
     shape: tuple[int, ...]
-    tiled_axis: int
+    contracting_axes: tuple[int, ...]
+
+    @property
+    def tiled_axis(self) -> int:
+        return self.contracting_axes[-1]
 
     @property
     def tiled_dim(self) -> int:
@@ -62,12 +66,11 @@ def qwix_qtype(quantize: str) -> str:
     return QUANT_TYPES[quantize]
 
 
-def _last_contracting_axis(einsum_str: str) -> int:
-    """The weight's (right operand's) last axis that is contracted, as Qwix tiles it."""
+def _contracting_axes(einsum_str: str) -> tuple[int, ...]:
+    """The weight's (right operand's) contracted axes, in its own order (Qwix tiles the last)."""
     inputs, out = einsum_str.replace(" ", "").split("->")
     lhs, rhs = inputs.split(",")
-    contracted = [i for i, c in enumerate(rhs) if c in lhs and c not in out]
-    return contracted[-1]
+    return tuple(i for i, c in enumerate(rhs) if c in lhs and c not in out)
 
 
 @functools.lru_cache(maxsize=16)
@@ -90,9 +93,9 @@ def quantized_weights(preset: str | models.ModelPreset) -> tuple[QuantizedWeight
         if not re.fullmatch(pattern, spath):
             continue
         if isinstance(module, nnx.Linear):
-            out.append(QuantizedWeight(spath, tuple(module.kernel.value.shape), 0))
+            out.append(QuantizedWeight(spath, tuple(module.kernel.value.shape), (0,)))
         else:
-            out.append(QuantizedWeight(spath, tuple(module.w.value.shape), _last_contracting_axis(module.einsum_str)))
+            out.append(QuantizedWeight(spath, tuple(module.w.value.shape), _contracting_axes(module.einsum_str)))
     return tuple(out)
 
 
@@ -133,7 +136,10 @@ def quantized_bytes(preset: str | models.ModelPreset, quantize: str, tile: int |
                     scale_bytes: int = 4) -> dict[str, int]:
     """Bytes of the quantized decoder projections: ``{"values", "scales", "bf16"}`` (bf16 = before).
 
-    A planning figure (what the base weighs in HBM); the compiled plan measures it.
+    Values packed at their bit width (as in TPU HBM; a CPU array of ``uint4`` takes a byte per
+    element). Qwix keeps one scale per output channel per tile: the tiled axis contributes
+    ``size / tile`` scales, the other contracting axes one. A planning figure; the compiled
+    plan measures what the step really holds.
     """
     bits = QUANT_BITS[quantize]
     values = scales = bf16 = 0
@@ -141,8 +147,8 @@ def quantized_bytes(preset: str | models.ModelPreset, quantize: str, tile: int |
         n = math.prod(w.shape)
         bf16 += 2 * n
         values += n * bits // 8
-        tiles = w.tiled_dim // tile if tile else 1
-        scales += scale_bytes * (n // w.tiled_dim) * tiles
+        channels = math.prod(d for i, d in enumerate(w.shape) if i not in w.contracting_axes)
+        scales += scale_bytes * channels * (w.tiled_dim // tile if tile else 1)
     return {"values": values, "scales": scales, "bf16": bf16}
 
 
