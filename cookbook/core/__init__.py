@@ -13,6 +13,8 @@ from cookbook.core._compat import (  # noqa: E402, F401
     last_buffered_train_loss,
     scalar_listeners,
     tunix_activation_sharding,
+    qwix_finds_quantized_weights_when_tracing,
+    tunix_einsum_accepts_quantized,
     tunix_loss_fn,
 )
 from cookbook.core._hardware import (  # noqa: F401

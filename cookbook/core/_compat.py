@@ -105,6 +105,82 @@ def last_buffered_train_loss(trainer) -> float | None:
     return float(last.loss) if last is not None and last.losses else None
 
 
+def tunix_einsum_accepts_quantized() -> bool:
+    """Let Tunix's Gemma 4 ``Einsum`` run on a Qwix-quantized weight (QLoRA); idempotent.
+
+    Tunix 0.1.7 (and Tunix main, August 2026) casts the weight with ``jnp.astype(w,
+    self.dtype)`` in ``Einsum.__call__``; for a Qwix PTQ weight (``WithAux`` around a
+    ``QArray``) that raises ``TypeError: astype requires ndarray or scalar arguments``, so
+    every attention projection of a quantized model fails while the MLP (``nnx.Linear``)
+    works. The replacement casts the quantized weight's dequantisation scale instead
+    (``QArray.astype``'s meaning) and calls the original for every plain array, so an
+    unquantized model computes exactly what it did. ``tests/core/test_compat.py`` checks
+    that the original still fails: when Tunix fixes it upstream, that test says to drop this.
+    Returns True when it installed the patch, False when it was already installed.
+    """
+    import jax.numpy as jnp
+    from qwix._src.providers import ptq
+    from tunix.models.gemma4 import model as gemma4_model
+
+    cls = gemma4_model.Einsum
+    if getattr(cls.__call__, "_cookbook_quantized_ok", False):
+        return False
+    original = cls.__call__
+
+    def __call__(self, x):
+        w = self.w  # Qwix PTQ puts its WithAux in the Param's place; an unquantized model keeps a Param
+        if not isinstance(w, ptq.WithAux):
+            return original(self, x)
+        if self.w_scale is not None:
+            raise NotImplementedError(f"Einsum {self.einsum_str!r} scales its weight (w_scale); "
+                                      "leave it out of the quantized weights")
+        w = w.replace(array=w.array.astype(self.dtype))
+        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w)
+
+    __call__._cookbook_quantized_ok = True  # type: ignore[attr-defined]
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__call__ = __call__
+    return True
+
+
+def qwix_finds_quantized_weights_when_tracing() -> bool:
+    """Let Qwix's QLoRA find an ``nnx.Linear``'s quantized kernel while tracing; idempotent.
+
+    ``qwix._src.utils.flax_util.find_param`` (Qwix 0.1.8) walks a tracer up its parents
+    (approach 1) and then compares the *walked* tracer's shape with the candidates'
+    (approach 2). Under ``nnx.eval_shape`` / ``nnx.jit`` the weight Qwix's PTQ has just
+    replaced by a ``WithAux`` is no longer on that chain, so the walk ends on another
+    shape and ``LoraProvider.dot_general`` creates no adapter: an abstract QLoRA model
+    (the planner's, a multi-process run's) silently loses every MLP adapter, while
+    einsum projections and concrete models keep theirs. The wrapper repeats approach 2
+    with the array it was given, among the current module's quantized weights only.
+    ``tests/core/test_compat.py`` checks that the original still misses it.
+    Returns True when it installed the wrapper, False when it was already installed.
+    """
+    import jax
+    from flax import nnx
+    from qwix._src.utils import flax_util
+
+    if getattr(flax_util.find_param, "_cookbook_shape_retry", False):
+        return False
+    original = flax_util.find_param
+
+    def find_param(x, ptq_array_type=None):
+        name = original(x, ptq_array_type)
+        if name is not None or ptq_array_type is None or not isinstance(x, jax.core.Tracer):
+            return name
+        module = flax_util.get_current_module()
+        if not isinstance(module, nnx.Module):
+            return None
+        same = [n for n, node in vars(module).items() if isinstance(node, ptq_array_type) and node.shape == x.shape]
+        return same[0] if len(same) == 1 else None
+
+    find_param._cookbook_shape_retry = True  # type: ignore[attr-defined]
+    find_param.__wrapped__ = original  # type: ignore[attr-defined]
+    flax_util.find_param = find_param
+    return True
+
+
 TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
 
 
@@ -112,17 +188,25 @@ def check() -> dict[str, bool]:
     """Whether each private name this module uses is where it expects (for the compat test)."""
     from jax._src import monitoring
     from jax._src.interpreters import partial_eval as pe
+    from qwix._src.providers import ptq
+    from qwix._src.utils import flax_util
     from tunix.models.gemma4 import model as gemma4_model
     from tunix.sft import peft_trainer
     from tunix.utils import sharding_utils
 
     return {
+        "qwix._src.utils.flax_util.find_param and get_current_module":
+            callable(getattr(flax_util, "find_param", None)) and callable(getattr(flax_util, "get_current_module", None)),
         "tunix.sft.peft_trainer._default_loss_fn": callable(getattr(peft_trainer, "_default_loss_fn", None)),
         "jax DynamicJaxprTracer._origin_msg": callable(getattr(pe.DynamicJaxprTracer, "_origin_msg", None)),
         "tunix gemma4 model.shard": callable(getattr(gemma4_model, "shard", None)),
         "tunix sharding_utils.shard": callable(getattr(sharding_utils, "shard", None)),
         "jax.monitoring._scalar_listeners": isinstance(getattr(monitoring, "_scalar_listeners", None), list),
         "PeftTrainer._tqdm_train_metrics": hasattr(peft_trainer.PeftTrainer, TQDM_METRICS_ATTRIBUTE),
+        "qwix._src.providers.ptq.WithAux with a replaceable array":
+            hasattr(ptq.WithAux, "replace") and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
+        "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str":
+            all(n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")),
         "PeftTrainer buffers _prev_buffered_train_metrics":
             "_prev_buffered_train_metrics" in open(peft_trainer.__file__).read(),
     }

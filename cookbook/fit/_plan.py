@@ -80,7 +80,8 @@ def abstract_lora_model(config: PlanConfig, preset: models.ModelPreset, mesh):
     from cookbook import lora as lora_lib
     from cookbook.fit import _sharding as sharding
 
-    model = lora_lib.abstract_lora_model(preset, config.lora, remat=config.remat)
+    model = lora_lib.abstract_lora_model(preset, config.lora, remat=config.remat, quantize=config.quantize,
+                                         quant_tile=config.quant_tile)
     if config.flash_attention:
         models.set_flash_attention(model, config.flash_block)
     sharding.set_lora_specs(model)

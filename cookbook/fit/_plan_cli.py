@@ -45,6 +45,9 @@ def register_cli(sub) -> None:
     p.add_argument("--block", dest="flash_block", type=int, default=d.flash_block, help="splash attention block size")
     p.add_argument("--rank", type=int, default=_LORA.rank, help="LoRA rank")
     p.add_argument("--alpha", type=float, default=_LORA.alpha, help="LoRA alpha")
+    p.add_argument("--quantize", default=d.quantize, choices=["nf4", "int8", "fp8"],
+                   help="QLoRA: compile with the frozen base quantized")
+    p.add_argument("--quant-tile", type=int, default=d.quant_tile, help="QLoRA quantization tile")
     p.add_argument("--mfu", type=float, default=d.mfu, help="assumed MFU for the predicted speed")
     p.add_argument("--json", default=None, help="also write the report to this JSON file")
     p.set_defaults(func=_cli)

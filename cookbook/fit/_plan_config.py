@@ -39,6 +39,8 @@ class PlanConfig:
     learning_rate: float = 1e-4
     weight_decay: float = 0.001
     param_dtype: str | None = None  # default: bfloat16 (TPU)
+    quantize: str | None = None  # QLoRA: the frozen base quantized (cookbook.lora.QUANT_TYPES)
+    quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE  # its tile (checked by cookbook.lora.check_quant_tile)
     num_layers: int | None = None  # override the preset's depth (layer-slice probes)
     mfu: float = DEFAULT_MFU
     patch_activation_sharding: bool = True  # trap 3: apply Tunix's shard() on the TPU mesh
@@ -79,7 +81,8 @@ class PlanConfig:
                    mesh_tp=train.mesh_tp, batch_size=train.data.batch_size, seq_len=train.data.seq_len,
                    remat=train.remat, flash_attention=train.flash_attention, flash_block=train.flash_block,
                    lora=dataclasses.replace(train.lora, dropout=0.0), learning_rate=train.learning_rate,
-                   weight_decay=train.weight_decay, param_dtype=train.param_dtype, **changes)
+                   weight_decay=train.weight_decay, param_dtype=train.param_dtype, quantize=train.quantize,
+                   quant_tile=train.quant_tile, **changes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

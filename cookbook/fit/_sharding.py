@@ -91,6 +91,8 @@ def lora_specs(model) -> list[LoraSpec]:
             base = getattr(module, name, None)
             if not (isinstance(a, nnx.Variable) and isinstance(b, nnx.Variable)):
                 continue
+            if not isinstance(base, nnx.Variable):  # QLoRA: Qwix's WithAux; its qvalue has the weight's shape and spec
+                base = base.array.qvalue
             shape = tuple(base.get_value().shape)
             contracted = _contracted_axes(module, name, len(shape))
             a_spec, b_spec = project_lora_specs(variable_spec(base), contracted, len(shape))

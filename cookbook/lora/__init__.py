@@ -2,7 +2,7 @@
 
 The projection names live in one table (``_names``); ``_targets`` translates PEFT targets
 to Qwix module paths and checks coverage (the K = V trap); ``_apply`` applies Qwix LoRA and
-counts parameters; ``_peft`` converts LoRA tensors between the Tunix and PEFT layouts.
+counts parameters; ``_quant`` chooses and checks the QLoRA quantization; ``_peft`` converts LoRA tensors between the Tunix and PEFT layouts.
 """
 
 from cookbook.lora._apply import (  # noqa: F401
@@ -44,6 +44,17 @@ from cookbook.lora._peft import (  # noqa: F401
     peft_to_tunix_lora,
     tunix_lora_to_peft,
     write_peft_adapter,
+)
+from cookbook.lora._quant import (  # noqa: F401
+    DEFAULT_QUANT_TILE,
+    QUANT_BITS,
+    QUANT_TYPES,
+    QuantizedWeight,
+    check_quant_tile,
+    quantized_bytes,
+    quantized_weights,
+    qwix_qtype,
+    working_tiles,
 )
 from cookbook.lora._tables import (  # noqa: E402, F401, I001
     k_equals_v_trap,

@@ -21,6 +21,7 @@ from typing import Any
 
 from cookbook import core, models
 from cookbook.lora._config import LoraApplicationError, LoraConfig
+from cookbook.lora._quant import DEFAULT_QUANT_TILE, check_quant_tile, lora_rules
 from cookbook.lora._targets import (
     Projection,
     coverage_rows_for_paths,
@@ -149,6 +150,8 @@ def apply_lora(
     seed: int = 0,
     remat: str = "none",
     allow_partial: bool = False,
+    quantize: str | None = None,
+    quant_tile: int | None = DEFAULT_QUANT_TILE,
 ):
     """Qwix LoRA on a Tunix Gemma 4 model; returns the LoRA model (the input is not changed).
 
@@ -171,6 +174,11 @@ def apply_lora(
       seed: seeds LoRA ``A`` (Qwix: he_uniform; ``B`` starts at zero) and dropout.
       remat: remat policy for training, set after the adapters exist.
       allow_partial: allow targets that adapt a projection on only some layers.
+      quantize: QLoRA: store the frozen base's decoder projections quantized (``nf4``,
+        ``int8``, ``fp8``; ``cookbook.lora.QUANT_TYPES``); the adapters keep the model's
+        dtype. None: LoRA on the base as it is.
+      quant_tile: Qwix's tile along each quantized weight's last contracting axis
+        (checked by :func:`check_quant_tile` before anything is built).
 
     Raises:
       LoraCoverageError: the targets match nothing / only some layers.
@@ -186,14 +194,13 @@ def apply_lora(
         raise LoraApplicationError(
             f"the model already has {count_lora_params(model)} LoRA parameters; apply LoRA to the base model"
         )
+    check_quant_tile(p, quantize, quant_tile)
+    if quantize is not None:
+        core.tunix_einsum_accepts_quantized()
+        core.qwix_finds_quantized_weights_when_tracing()
     previous = [cfg.remat_config for cfg in models.tunix_configs(model)]
     models.set_remat(model, "none")
-    provider = qwix.LoraProvider(
-        module_path=module_path,
-        rank=lora.rank,
-        alpha=float(lora.alpha),
-        dropout=float(lora.dropout),
-    )
+    provider = qwix.LoraProvider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile))
     try:
         with mesh if mesh is not None else contextlib.nullcontext():
             if jax.process_count() == 1:
@@ -255,6 +262,8 @@ def without_lora_dropout(
     *,
     preset: str | models.ModelPreset,
     allow_partial: bool = False,
+    quantize: str | None = None,
+    quant_tile: int | None = DEFAULT_QUANT_TILE,
 ):
     """A view of a LoRA model for evaluation and sampling: same weights, no LoRA dropout.
 
@@ -262,18 +271,15 @@ def without_lora_dropout(
     from :func:`apply_lora` with ``dropout > 0`` gives noisy logits and samples. This
     re-wraps it with a dropout-free Qwix provider; the arrays are shared, not copied (so
     it costs no memory). After more training steps refresh it with
-    ``nnx.update(view, nnx.state(lora_model, nnx.LoRAParam))``.
+    ``nnx.update(view, nnx.state(lora_model, nnx.LoRAParam))``. A QLoRA model needs the
+    ``quantize`` and ``quant_tile`` it was built with.
     """
     import qwix
     from flax import nnx
 
     p = models.get_preset(preset)
-    provider = qwix.LoraProvider(
-        module_path=qwix_module_path(lora.targets, p, allow_partial=allow_partial),
-        rank=lora.rank,
-        alpha=float(lora.alpha),
-        dropout=0.0,
-    )
+    module_path = qwix_module_path(lora.targets, p, allow_partial=allow_partial)
+    provider = qwix.LoraProvider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile, dropout=0.0))
     view = qwix.apply_lora_to_model(lora_model, provider, rngs=nnx.Rngs(0), skip_nnx_init=True)
     got = count_lora_params(view)
     if got != count_lora_params(lora_model) or got == 0:
@@ -305,8 +311,10 @@ def abstract_lora_model(
     remat: str = "none",
     param_dtype: str | None = None,
     allow_partial: bool = False,
+    quantize: str | None = None,
+    quant_tile: int | None = DEFAULT_QUANT_TILE,
 ):
-    """The Tunix model of ``preset`` with LoRA applied, all abstract (shapes only)."""
+    """The Tunix model of ``preset`` with LoRA applied, all abstract (shapes only); QLoRA with ``quantize``."""
     from flax import nnx
     from tunix.models.gemma4 import model as gemma4
 
@@ -315,7 +323,8 @@ def abstract_lora_model(
 
     def build():
         base = gemma4.Gemma4(cfg, rngs=nnx.Rngs(0))
-        return apply_lora(base, lora, preset=p, remat=remat, allow_partial=allow_partial)
+        return apply_lora(base, lora, preset=p, remat=remat, allow_partial=allow_partial, quantize=quantize,
+                          quant_tile=quant_tile)
 
     with core.fast_abstract_tracing():
         return nnx.eval_shape(build)

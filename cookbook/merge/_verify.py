@@ -75,8 +75,14 @@ def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float 
     return run_dir
 
 
-def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None) -> np.ndarray:
-    """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it."""
+def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None,
+                      quantize: str | None = None,
+                      quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE) -> np.ndarray:
+    """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it.
+
+    ``quantize``: the base quantized as a QLoRA run trained it (the run's ``train.quantize``
+    and ``train.quant_tile``), for the gap between the model as trained and its merge.
+    """
     from tunix.sft.checkpoint_manager import CheckpointManager
 
     from cookbook import models
@@ -84,7 +90,7 @@ def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray
     ckpt = merge.open_lora_checkpoint(lora)
     p = models.get_preset(ckpt.preset or "")
     model = lora_lib.apply_lora(models.load_tunix_model(base_dir, p, mesh=mesh), _lora_config(ckpt),
-                                preset=p, mesh=mesh)
+                                preset=p, mesh=mesh, quantize=quantize, quant_tile=quant_tile)
     manager = CheckpointManager(str(ckpt.step_dir.parent))
     manager.maybe_restore(model, step=ckpt.step, restore_only_lora_params=True)
     manager.close()

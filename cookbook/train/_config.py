@@ -35,6 +35,11 @@ class TrainConfig:
       flash_attention / flash_block: splash attention (a TPU kernel) with this block size,
         switched on after LoRA is applied.
       param_dtype: model dtype (None: the preset's).
+      quantize: QLoRA: store the frozen base's decoder projections quantized (``"nf4"``,
+        ``"int8"``, ``"fp8"``; ``cookbook.lora.QUANT_TYPES``) while the adapters train in
+        ``param_dtype``; None: LoRA on the unquantized base.
+      quant_tile: Qwix's quantization tile along each weight's contracting axis (must divide
+        them all: ``cookbook.lora.working_tiles``).
       seed: LoRA initialisation seed (data order has its own, ``data.seed``).
     """
 
@@ -65,6 +70,8 @@ class TrainConfig:
     flash_attention: bool = False
     flash_block: int = 512
     param_dtype: str | None = None
+    quantize: str | None = None
+    quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -83,6 +90,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.max_grad_norm={self.max_grad_norm!r}: use > 0 or None")
         models.get_preset(self.model_preset)  # unknown names fail here, not after loading
         models.get_remat_choice(self.remat)
+        lora_lib.check_quant_tile(self.model_preset, self.quantize, self.quant_tile)  # before any model is built
 
     @functools.cached_property
     def preset(self) -> models.ModelPreset:
@@ -239,6 +247,8 @@ CLI_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("lora.rank", "--rank", int, "LoRA rank"),
     ("lora.alpha", "--alpha", float, "LoRA alpha"),
     ("lora.dropout", "--dropout", float, "LoRA dropout"),
+    ("quantize", "--quantize", str, "QLoRA: quantize the frozen base (" + ", ".join(lora_lib.QUANT_TYPES) + ")"),
+    ("quant_tile", "--quant-tile", int, "QLoRA quantization tile (divides every quantized weight's contracting axis)"),
     ("data.seq_len", "--seq-len", int, "tokens per row"),
     ("data.batch_size", "--batch-size", int, "rows per micro-batch (global)"),
 )

@@ -85,7 +85,7 @@ def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, me
         mesh = make_mesh(config)
     model = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
     model = lora_lib.apply_lora(model, config.lora, preset=config.preset, mesh=mesh, seed=config.seed,
-                                remat=config.remat)
+                                remat=config.remat, quantize=config.quantize, quant_tile=config.quant_tile)
     if config.flash_attention:
         models.set_flash_attention(model, config.flash_block)  # after LoRA (trap 2)
     return model
@@ -186,14 +186,19 @@ def cache_key(config: TrainConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto"):
+def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto",
+                       dense_base: bool = False):
     """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
 
-    ``mesh="auto"``: the mesh the run trained on.
+    ``mesh="auto"``: the mesh the run trained on. ``dense_base``: a QLoRA run's adapters on
+    the unquantized base, which is what merging them into the bf16 checkpoint computes (the
+    model as trained has the quantized base).
     """
     from tunix.sft import checkpoint_manager
 
     config = config_of_run(run_dir)
+    if dense_base:
+        config = config.replace(quantize=None)
     steps = checkpoint_steps(run_dir)
     if not steps:
         raise FileNotFoundError(f"{run_dir}/checkpoints holds no finished checkpoint; train first")

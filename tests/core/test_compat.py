@@ -124,3 +124,64 @@ def test_tunix_activation_sharding_swaps_and_restores_tunix_shard(mesh_4x2):
     with pytest.raises(KeyError), core.tunix_activation_sharding(mesh_4x2):
         raise KeyError("x")
     assert (gemma4_model.shard, sharding_utils.shard) == saved
+
+
+def _tiny_qlora(targets, *, abstract: bool):
+    """A tiny model with every decoder projection quantized to nf4 and LoRA on ``targets``."""
+    import qwix
+    from flax import nnx
+    from tunix.models.gemma4 import model as gemma4
+
+    from cookbook import lora, models
+    from cookbook.lora._quant import lora_rules
+
+    p = models.get_preset("tiny")
+    cfg = lora.LoraConfig(rank=4, alpha=8.0, targets=targets)
+    provider = qwix.LoraProvider(lora_rules(cfg, lora.qwix_module_path(targets, p), p, quantize="nf4", tile=32))
+
+    def build():
+        base = gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0))
+        return qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(0), **lora.dummy_inputs())
+
+    if abstract:
+        with core.fast_abstract_tracing():
+            return nnx.eval_shape(build)
+    return build()
+
+
+def test_tunix_einsum_still_rejects_a_quantized_weight_and_the_patch_runs_it(monkeypatch):
+    """When the unpatched call stops raising, Tunix accepts Qwix weights: drop the patch."""
+    import numpy as np
+    from qwix._src.providers import ptq
+    from tunix.models.gemma4 import model as gemma4
+
+    from cookbook import models
+
+    core.tunix_einsum_accepts_quantized()
+    model = _tiny_qlora(("q_proj",), abstract=False)
+    assert isinstance(model.layers[0].attn.q_einsum.w, ptq.WithAux)
+    tokens = np.arange(1, 9, dtype=np.int32)[None]
+    logits = models.tunix_logits(model, tokens)
+    assert logits.shape[:2] == (1, 8) and np.isfinite(logits).all()
+    assert core.tunix_einsum_accepts_quantized() is False  # idempotent
+    monkeypatch.setattr(gemma4.Einsum, "__call__", gemma4.Einsum.__call__.__wrapped__)  # Tunix's own
+    with pytest.raises(TypeError, match="astype|WithAux"):
+        models.tunix_logits(model, tokens)
+
+
+def test_qwix_still_loses_mlp_adapters_when_tracing_and_the_wrapper_keeps_them(monkeypatch):
+    """When the unwrapped count is no longer 0, Qwix finds the weight itself: drop the wrapper."""
+    from flax import nnx
+    from qwix._src.utils import flax_util
+
+    core.tunix_einsum_accepts_quantized()
+    core.qwix_finds_quantized_weights_when_tracing()
+
+    def mlp_adapters(model):
+        return sum(1 for path, _ in nnx.state(model, nnx.LoRAParam).flat_state() if "mlp" in map(str, path))
+
+    concrete = mlp_adapters(_tiny_qlora(("gate_proj", "q_proj"), abstract=False))
+    assert concrete == 2 * 6  # A and B on each of tiny's 6 layers
+    assert mlp_adapters(_tiny_qlora(("gate_proj", "q_proj"), abstract=True)) == concrete
+    monkeypatch.setattr(flax_util, "find_param", flax_util.find_param.__wrapped__)
+    assert mlp_adapters(_tiny_qlora(("gate_proj", "q_proj"), abstract=True)) == 0

@@ -1,0 +1,109 @@
+"""cookbook.lora QLoRA: which weights Qwix quantizes, the tile check, and their bytes.
+
+The counts and bytes are read from a real Qwix-quantized tiny model, not from the
+functions under test.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from cookbook import lora, models
+
+pytestmark = pytest.mark.jax_only
+
+
+@pytest.fixture(scope="module")
+def qlora_tiny():
+    """Tiny, nf4 tile 32, LoRA on q_proj only (the rest of the base must be quantized too)."""
+    from flax import nnx
+    from tunix.models.gemma4 import model as gemma4
+
+    p = models.get_preset("tiny")
+    base = gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0))
+    cfg = lora.LoraConfig(rank=4, alpha=8.0, targets=("q_proj",))
+    return base, lora.apply_lora(base, cfg, preset=p, quantize="nf4", quant_tile=32)
+
+
+def _quantized(model) -> dict[str, object]:
+    from flax import nnx
+    from qwix._src.providers import ptq
+
+    out = {}
+    for path, mod in model.iter_modules():
+        w = mod.kernel if isinstance(mod, nnx.Linear) else getattr(mod, "w", None)
+        if isinstance(w, ptq.WithAux):
+            out["/".join(map(str, path))] = w.array
+    return out
+
+
+def test_every_decoder_projection_is_quantized_whatever_the_targets(qlora_tiny):
+    base, model = qlora_tiny
+    quantized = _quantized(model)
+    assert sorted(quantized) == sorted(w.path for w in lora.quantized_weights("tiny"))
+    assert not _quantized(base)  # the base model is left as it was
+    assert {str(a.qvalue.dtype) for a in quantized.values()} == {"uint4"}
+    from flax import nnx
+
+    adapted = {"/".join(map(str, p[:-1])) for p, _ in nnx.state(model, nnx.LoRAParam).flat_state()}
+    assert adapted and all(p.endswith("q_einsum") for p in adapted)
+
+
+def test_quantized_bytes_are_what_qwix_stores(qlora_tiny):
+    _, model = qlora_tiny
+    arrays = _quantized(model).values()
+    got = lora.quantized_bytes("tiny", "nf4", 32)
+    assert got["scales"] == sum(a.scale.size * a.scale.dtype.itemsize for a in arrays)
+    assert got["values"] * 2 == sum(a.qvalue.size for a in arrays)  # 4 bits each, packed two per byte
+    assert got["bf16"] == 2 * sum(math.prod(w.shape) for w in lora.quantized_weights("tiny"))
+
+
+def test_31b_nf4_base_weighs_a_quarter_plus_scales():
+    got = lora.quantized_bytes("gemma4_31b", "nf4", 128)
+    assert got["values"] * 4 == got["bf16"]
+    assert 0 < got["scales"] < got["values"] / 10  # fp32 scale per 128 weights: 1/16 of 4-bit values
+
+
+def test_a_tile_that_does_not_divide_is_refused_before_anything_is_built():
+    with pytest.raises(ValueError, match=r"tile 512 does not divide .*attn_vec_einsum.*Use a tile .*: 32, 64, 128, 256"):
+        lora.check_quant_tile("gemma4_31b", "nf4", 512)
+    with pytest.raises(ValueError, match=r"tile 128 .* tiny.*: 32"):
+        lora.check_quant_tile("tiny", "nf4", 128)
+    with pytest.raises(ValueError, match="nf4 needs a tile size"):
+        lora.check_quant_tile("tiny", "nf4", None)
+    with pytest.raises(ValueError, match="unknown quantization 'int4'.*nf4, int8, fp8"):
+        lora.check_quant_tile("tiny", "int4", 32)
+    lora.check_quant_tile("tiny", "int8", None)  # per channel: fine
+    assert lora.working_tiles("gemma4_31b") == [32, 64, 128, 256]
+
+
+def test_the_train_config_refuses_a_bad_tile_and_the_cli_flags_reach_it():
+    from cookbook import train
+
+    with pytest.raises(ValueError, match="tile 128"):
+        train.TrainConfig(quantize="nf4", quant_tile=128)
+    cfg = train.TrainConfig(quantize="fp8", quant_tile=32)
+    assert train.TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert "--quantize fp8" in train.cli_command(cfg, out="r") and "--quant-tile 32" in train.cli_command(cfg, out="r")
+
+
+def test_lora_on_an_nf4_base_has_gradients_and_moves_off_the_base(qlora_tiny):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    base, model = qlora_tiny
+    tokens = np.arange(1, 9, dtype=np.int32)[None]
+    gap = np.abs(models.tunix_logits(model, tokens) - models.tunix_logits(base, tokens)).max()
+    assert gap > 0  # the quantization error (B = 0: the adapters add nothing yet)
+    graphdef, lora_state, rest = nnx.split(model, nnx.LoRAParam, ...)
+
+    def loss(lo):
+        m = nnx.merge(graphdef, lo, rest)
+        out, _ = m(jnp.asarray(tokens), jnp.arange(8)[None], None, jnp.tril(jnp.ones((1, 8, 8), bool)))
+        return jnp.mean(out.astype(jnp.float32) ** 2)
+
+    grads = jax.grad(loss)(lora_state)
+    norms = [float(jnp.linalg.norm(g)) for g in jax.tree.leaves(grads)]
+    assert norms and all(np.isfinite(norms)) and max(norms) > 0
