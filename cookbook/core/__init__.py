@@ -11,9 +11,9 @@ from cookbook.core._compat import (  # noqa: E402, F401
     drop_scalar_listeners_except,
     fast_abstract_tracing,
     last_buffered_train_loss,
+    qwix_finds_quantized_weights_when_tracing,
     scalar_listeners,
     tunix_activation_sharding,
-    qwix_finds_quantized_weights_when_tracing,
     tunix_einsum_accepts_quantized,
     tunix_loss_fn,
 )

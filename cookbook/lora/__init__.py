@@ -7,7 +7,6 @@ counts parameters; ``_quant`` chooses and checks the QLoRA quantization; ``_peft
 
 from cookbook.lora._apply import (  # noqa: F401
     abstract_lora_model,
-    abstract_model,
     abstract_qwix_model,
     apply_lora,
     count_lora_params,

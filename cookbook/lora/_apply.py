@@ -293,17 +293,6 @@ def without_lora_dropout(
 # Abstract (weightless) models: 31B on a laptop
 
 
-def abstract_model(preset: str | models.ModelPreset, *, param_dtype: str | None = None):
-    """The Tunix model of ``preset`` with ``jax.ShapeDtypeStruct`` leaves: no memory, instant."""
-    from flax import nnx
-    from tunix.models.gemma4 import model as gemma4
-
-    p = models.get_preset(preset)
-    cfg = p.tunix_config(param_dtype=param_dtype)
-    with core.fast_abstract_tracing():
-        return nnx.eval_shape(lambda: gemma4.Gemma4(cfg, rngs=nnx.Rngs(0)))
-
-
 def abstract_lora_model(
     preset: str | models.ModelPreset,
     lora: LoraConfig,
@@ -383,7 +372,7 @@ def tunix_weight_paths(preset: str | models.ModelPreset) -> tuple[tuple[str, tup
     """
     from flax import nnx
 
-    model = abstract_model(preset)
+    model = models.abstract_model(preset)
     out = []
     for path, module in model.iter_modules():
         spath = "/".join(map(str, path))

@@ -82,13 +82,12 @@ def quantized_weights(preset: str | models.ModelPreset) -> tuple[QuantizedWeight
     """
     from flax import nnx
 
-    from cookbook.lora._apply import abstract_model
     from cookbook.lora._targets import qwix_module_path
 
     p = models.get_preset(preset)
     pattern = qwix_module_path(ALL_LINEAR, p)
     out = []
-    for path, module in abstract_model(p).iter_modules():
+    for path, module in models.abstract_model(p).iter_modules():
         spath = "/".join(map(str, path))
         if not re.fullmatch(pattern, spath):
             continue

@@ -18,6 +18,7 @@ from cookbook.models._knobs import (  # noqa: F401
     tunix_configs,
 )
 from cookbook.models._loader import (  # noqa: F401
+    abstract_model,
     check_checkpoint_matches,
     expected_hf_shapes,
     load_tunix_model,

@@ -166,3 +166,16 @@ def load_tunix_model(
         dtype=jnp.dtype(p.dtype),
     )
     return model
+
+
+def abstract_model(preset: str | models.ModelPreset, *, param_dtype: str | None = None):
+    """The Tunix model of ``preset`` with ``jax.ShapeDtypeStruct`` leaves: no memory, instant."""
+    from flax import nnx
+    from tunix.models.gemma4 import model as gemma4
+
+    p = models.get_preset(preset)
+    cfg = p.tunix_config(param_dtype=param_dtype)
+    from cookbook import core
+
+    with core.fast_abstract_tracing():
+        return nnx.eval_shape(lambda: gemma4.Gemma4(cfg, rngs=nnx.Rngs(0)))

@@ -113,9 +113,9 @@ def _params_divide(model, fsdp: int, tp: int) -> bool:
 @pytest.mark.parametrize("name", ["tiny", "gemma4_31b"])
 def test_rules_agree_with_the_tunix_parameter_shardings(name):
     """validate_mesh accepts a mesh iff every Tunix weight's sharded dims divide (abstract model)."""
-    from cookbook import lora
+    from cookbook import models
 
-    model = lora.abstract_model(name)
+    model = models.abstract_model(name)
     for fsdp, tp in itertools.product([1, 2, 4, 8, 16], repeat=2):
         try:
             M.validate_mesh(name, fsdp, tp)
