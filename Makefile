@@ -7,7 +7,9 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test setup setup-test lint clean-cache
 
+# Icarus Verilog scores the notebooks' generated Verilog (apt-get on Debian, once per machine).
 demo: setup
+	bash scripts/setup_env.sh --system iverilog
 	$(PY) -m cookbook demo $(ARGS)
 
 test: setup setup-test

