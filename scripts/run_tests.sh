@@ -2,10 +2,10 @@
 # The whole test suite, as CI runs it: unit tests, papermill runs of every notebook with
 # non-default parameters (tests/notebooks/), `make demo` on a fresh cache, which runs every
 # notebook as committed (tests/harness/test_make_demo.py), and the browser tests. With no
-# arguments it first runs the JAX-side tests (marker jax_only) in the TPU-host environment
-# (.venv-tpuhost: the newest Python here, constraints/tpu-host.txt, no torch, no vLLM).
-# Arguments go to the main pytest run only (e.g. `scripts/run_tests.sh tests/fit -k plan`);
-# `scripts/run_tests.sh --tpu-host` runs the TPU-host pass alone.
+# arguments: the JAX-side tests (marker jax_only) in the TPU-host environment (.venv-tpuhost:
+# the newest Python here, constraints/tpu-host.txt, no torch, no vLLM), then everything else,
+# with the main job's tests running beside both (see below). With arguments, one pytest run of
+# those (e.g. `scripts/run_tests.sh tests/fit -k plan`); `--tpu-host`: the TPU-host pass alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${COOKBOOK_VENV:-.venv}
@@ -43,13 +43,37 @@ if [[ "${1:-}" == --tpu-host ]]; then  # that pass alone
   tpu_host_pass
   exit
 fi
-tpu_rc=0
-if [[ $# -eq 0 ]]; then
-  tpu_host_pass || tpu_rc=$?
+if [[ $# -gt 0 ]]; then  # a chosen subset: one pytest run, as asked
+  exec "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@"
 fi
+
+# The whole suite. The main job (`make demo` on a fresh cache, ~15 minutes, and the browser test
+# of its report) shares nothing with the other tests, not even the artefact cache, and the rest
+# of the suite averages about one busy core of the two: it runs beside them, niced so the timed
+# tests (benchmarks) keep their core. Its output follows the main run's.
+DEMO_TESTS=(tests/harness/test_make_demo.py tests/harness/test_browser.py::test_report_in_a_browser)
+demo_log=$(mktemp)
+nice -n 10 "$VENV/bin/pytest" "${DEMO_TESTS[@]}" -p no:cacheprovider --durations=5 >"$demo_log" 2>&1 &
+demo_pid=$!
+trap 'kill $demo_pid 2>/dev/null || true' EXIT
+tpu_rc=0
+tpu_host_pass || tpu_rc=$?
 main_rc=0
-"$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@" || main_rc=$?
+"$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
+  --deselect tests/harness/test_browser.py::test_report_in_a_browser || main_rc=$?
+demo_rc=0
+wait $demo_pid || demo_rc=$?
+trap - EXIT
+echo "run_tests: the main job's tests (${DEMO_TESTS[*]}), run beside the rest:"
+cat "$demo_log"
+rm -f "$demo_log"
 if ((tpu_rc)); then
   echo "run_tests: the TPU-host pass FAILED (exit $tpu_rc); see its output above" >&2
 fi
-exit $((main_rc ? main_rc : tpu_rc))
+if ((demo_rc)); then
+  echo "run_tests: the main job's tests FAILED (exit $demo_rc); see their output above" >&2
+fi
+for rc in $main_rc $demo_rc $tpu_rc; do
+  ((rc == 0)) || exit $rc
+done
+exit 0

@@ -50,7 +50,10 @@ def test_load_generator_against_vllm(vllm_lora_server):
         assert p["num_ok"] == 12, p["errors"]
         assert p["output_tokens"] == 120  # ignore_eos: exactly max_tokens each
         assert 0 < p["ttft_ms"]["p50"] <= p["ttft_ms"]["p90"] <= p["ttft_ms"]["p99"]
-        assert p["ttft_ms"]["p50"] < p["e2e_ms"]["p50"] and p["tpot_ms"]["p50"] > 0
+        # A client descheduled on a loaded host reads a whole short stream in one go (TTFT = E2E,
+        # TPOT 0 for that request; seen in CI at p50): the invariants, and some request streamed.
+        assert p["ttft_ms"]["p50"] <= p["e2e_ms"]["p50"] and p["tpot_ms"]["p50"] >= 0
+        assert p["tpot_ms"]["p99"] > 0
     # More in flight, more tokens per second (continuous batching), even on a busy host.
     assert points[1]["output_tok_s"] > 1.5 * points[0]["output_tok_s"]
     paced = serve.run_point(server.base_url, "base", prompts[:6], 4, request_rate=20.0, api_key=server.api_key)
