@@ -7,11 +7,12 @@ from cookbook.gpu._parity import (  # noqa: F401
 )
 from cookbook.gpu._recipe import (  # noqa: F401
     GpuCluster,
+    bitsandbytes_config,
     derive_gpu_recipe,
     gpu_batch_layout,
     launch_command,
     peft_target_regex,
-    summary,
     write_gpu_recipe,
 )
-from cookbook.gpu._recipe import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
+from cookbook.gpu._recipe_cli import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
+from cookbook.gpu._recipe_cli import summary  # noqa: E402, F401, I001

@@ -44,7 +44,6 @@ the training itself is TRL's, PEFT's and accelerate's.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -52,8 +51,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from cookbook import core, models
 from cookbook import lora as lora_lib
+from cookbook import models
 
 LossNormalisation = Literal["per_micro_batch", "tokens_in_step"]
 
@@ -92,6 +91,7 @@ class GpuRecipe:
     model_dtype: str
     too_long: str  # "drop" or "truncate" examples longer than max_length (cookbook.data's policy)
     notes: tuple[str, ...]
+    quantization: dict[str, Any] | None = None  # transformers.BitsAndBytesConfig kwargs (QLoRA)
 
     def sft_config(self, **overrides: Any):
         """A ``trl.SFTConfig`` (``output_dir`` and CPU switches go in ``overrides``)."""
@@ -112,6 +112,7 @@ class GpuRecipe:
             "loss_normalisation": self.loss_normalisation,
             "model_dtype": self.model_dtype,
             "too_long": self.too_long,
+            "quantization": self.quantization,
             "lora_a_init": "he_uniform",
             "tie_kv_lora_a": True,
             "notes": list(self.notes),
@@ -238,6 +239,25 @@ def decoder_layer_class() -> str:
     return names[0]
 
 
+def bitsandbytes_config(quantize: str | None, compute_dtype: str) -> dict[str, Any] | None:
+    """``transformers.BitsAndBytesConfig`` kwargs for a QLoRA run's ``quantize`` (None: no QLoRA).
+
+    nf4 is QLoRA's own recipe; the quantized values are stored in ``compute_dtype`` words
+    (``bnb_4bit_quant_storage``), which FSDP needs to shard them with the rest. bitsandbytes
+    has no fp8 weight type: an fp8 run is refused here rather than silently run as nf4.
+    """
+    if quantize is None:
+        return None
+    if quantize == "nf4":
+        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": compute_dtype,
+                "bnb_4bit_use_double_quant": False, "bnb_4bit_quant_storage": compute_dtype}
+    if quantize == "int8":
+        return {"load_in_8bit": True}
+    raise ValueError(f"quantize={quantize!r} has no bitsandbytes equivalent for the GPU recipe (bitsandbytes "
+                     "stores nf4/fp4 and int8 weights); train the GPU baseline with quantize='nf4' or 'int8', "
+                     "or without quantization")
+
+
 def derive_gpu_recipe(
     config: Any,
     *,
@@ -317,6 +337,17 @@ def derive_gpu_recipe(
         f"bf16={bf16}: PEFT keeps LoRA weights in float32 (autocast_adapter_dtype); Qwix keeps "
         "them in the base weights' dtype.",
     )
+    quantize = getattr(config, "quantize", None)
+    quantization = bitsandbytes_config(quantize, "bfloat16" if bf16 else dtype)
+    if quantization is not None:
+        notes += (
+            f"QLoRA ({quantize}): bitsandbytes quantizes each weight in blocks of 64 consecutive elements "
+            "of the flattened (out, in) matrix with a float32 absmax scale each; Qwix in tiles of "
+            f"{config.quant_tile} along each weight's contracting axis with one float32 scale per output "
+            "channel per tile. Both quantize every decoder projection and dequantize to the compute "
+            "dtype inside the matmul; the quantization errors differ, so the two runs' losses agree "
+            "only to the quantization noise, not to float32 noise.",
+        )
     return GpuRecipe(
         preset=p.name,
         base_model=base_model or p.hf_checkpoint or config.base_dir,
@@ -327,6 +358,7 @@ def derive_gpu_recipe(
         model_dtype=dtype,
         too_long=config.data.too_long,
         notes=notes,
+        quantization=quantization,
     )
 
 
@@ -392,59 +424,3 @@ def tested_versions() -> dict[str, str]:
     from importlib.metadata import version
 
     return {k: version(k) for k in ("transformers", "trl", "peft", "accelerate", "datasets")}
-
-
-def summary(recipe: GpuRecipe) -> dict[str, Any]:
-    """A flat table of the settings that matter, for notebooks."""
-    s, lo = recipe.sft, recipe.lora
-    return {
-        "GPUs": recipe.accelerate["num_processes"],
-        "FSDP wrap unit": recipe.accelerate["fsdp_config"]["fsdp_transformer_layer_cls_to_wrap"],
-        "per-device batch x accumulation": f"{s['per_device_train_batch_size']} x {s['gradient_accumulation_steps']}",
-        "loss": f"answer tokens only, {recipe.loss_normalisation}",
-        "lr / warm-up / schedule": f"{s['learning_rate']} / {s['warmup_steps']} / {s['lr_scheduler_type']}",
-        "weight decay": s["weight_decay"],
-        "max_grad_norm": s["max_grad_norm"],
-        "LoRA r / alpha / dropout": f"{lo['r']} / {lo['lora_alpha']} / {lo['lora_dropout']}",
-        "LoRA targets": lo["target_modules"],
-        "bf16": s["bf16"],
-    }
-
-
-# ----------------------------------------------------------------------------------------
-# Command line: cookbook gpu-recipe
-
-
-def register_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "gpu-recipe",
-        help="write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective",
-        description="Derive from a training preset or a finished `cookbook train` run the TRL "
-        "SFTConfig, PEFT LoraConfig and accelerate FSDP config a GPU user runs, with the same "
-        "answer-only loss, batch weighting and LoRA parameterisation, and write them with "
-        "train_gpu.py for `accelerate launch`.",
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--preset", help="training preset (cookbook.train.train_preset), e.g. gemma4_31b")
-    src.add_argument("--run", help="a `cookbook train` run directory: use its exact config")
-    p.add_argument("--out", required=True, help="directory to write the recipe into")
-    p.add_argument("--num-gpus", type=int, default=2, help="GPUs on the host (default 2, as the paper)")
-    p.add_argument("--fsdp-version", type=int, default=2, choices=(1, 2), help="accelerate FSDP version")
-    p.add_argument("--no-bf16", action="store_true", help="train in float32 even for bf16 presets")
-    p.add_argument("--base-model", default=None, help="Hub id or path of the base checkpoint")
-    p.set_defaults(func=_cli)
-
-
-@core.user_errors("gpu-recipe", code=2)
-def _cli(args: argparse.Namespace) -> int:
-    from cookbook import train
-
-    config = train.config_of_run(args.run) if args.run else train.train_preset(args.preset)
-    cluster = GpuCluster(num_gpus=args.num_gpus, fsdp_version=args.fsdp_version, bf16=not args.no_bf16)
-    recipe = derive_gpu_recipe(config, cluster=cluster, base_model=args.base_model)
-    paths = write_gpu_recipe(args.out, recipe)
-    for k, v in summary(recipe).items():
-        print(f"{k:34} {v}")
-    print(f"\nwrote {', '.join(sorted(paths))} to {args.out}")
-    print(f"on the GPU host, in {args.out}:\n  {launch_command(recipe)}")
-    return 0

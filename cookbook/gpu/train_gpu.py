@@ -226,7 +226,21 @@ def build_trainer(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if model is None:
         dtype = getattr(torch, recipe.get("model_dtype", "bfloat16"))
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        extra = {}
+        if recipe.get("quantization"):  # QLoRA: the base loaded quantized by bitsandbytes
+            try:
+                import bitsandbytes  # noqa: F401
+            except ImportError:
+                raise SystemExit("this recipe is QLoRA (recipe.json 'quantization'): pip install bitsandbytes "
+                                 "on the GPU host") from None
+            from transformers import BitsAndBytesConfig
+
+            q = dict(recipe["quantization"])
+            for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
+                if key in q:
+                    q[key] = getattr(torch, q[key])
+            extra["quantization_config"] = BitsAndBytesConfig(**q)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, **extra)
     model = apply_lora(model, cfg["lora"], recipe, seed=int(sft.get("seed", 0)))
     max_length, too_long = sft.get("max_length"), recipe.get("too_long", "drop")
     if not eval_rows:

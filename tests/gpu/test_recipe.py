@@ -282,3 +282,22 @@ def test_learning_rate_schedules_agree_step_by_step(preset, num_gpus):
         sched.step()
     assert tpu[0] == hf_lrs[0] == 0.0
     np.testing.assert_allclose(tpu, hf_lrs, rtol=1e-5, atol=1e-6 * cfg.learning_rate)
+
+
+def test_a_qlora_run_gets_bitsandbytes_nf4_and_fp8_is_refused():
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    from cookbook import gpu, train
+
+    base = train.train_preset("gemma4_31b")
+    recipe = gpu.derive_gpu_recipe(base.replace(quantize="nf4", quant_tile=128))
+    q = recipe.quantization
+    assert q["load_in_4bit"] and q["bnb_4bit_quant_type"] == "nf4" and q["bnb_4bit_quant_storage"] == "bfloat16"
+    bnb = BitsAndBytesConfig(**{k: getattr(torch, v) if k.endswith(("_dtype", "_storage")) else v for k, v in q.items()})
+    assert bnb.load_in_4bit and bnb.bnb_4bit_compute_dtype == torch.bfloat16
+    assert recipe.recipe_json()["quantization"] == q and any("blocks of 64" in n for n in recipe.notes)
+    assert gpu.derive_gpu_recipe(base).quantization is None
+    assert gpu.derive_gpu_recipe(base.replace(quantize="int8", quant_tile=128)).quantization == {"load_in_8bit": True}
+    with pytest.raises(ValueError, match="fp8.*no bitsandbytes equivalent"):
+        gpu.derive_gpu_recipe(base.replace(quantize="fp8", quant_tile=128))
