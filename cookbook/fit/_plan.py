@@ -260,4 +260,5 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
         predicted_tokens_per_s=tokens / step_s if step_s else 0.0, lora_params=int(lora_count),
         activation_constraints=constraints, compile_s=compile_s,
         host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        bytes_accessed=float(cost.get("bytes accessed", 0.0)), compiler_step_s=float(cost.get("optimal_seconds", 0.0)),
     )

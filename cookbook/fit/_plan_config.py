@@ -113,6 +113,42 @@ class PlanReport:
     activation_constraints: int = 0  # sharding constraints in the lowered step (trap 3)
     compile_s: float = 0.0
     host_peak_rss_bytes: int = 0
+    bytes_accessed: float = 0.0  # per chip per step, the compiler's cost_analysis()
+    compiler_step_s: float = 0.0  # cost_analysis()'s "optimal_seconds"; 0: not given (older reports)
+
+    @property
+    def flop_floor_s(self) -> float:
+        """The step at the chip's peak bf16 FLOP/s: no step can be faster."""
+        return self.flops_per_chip / self.peak_flops if self.peak_flops else 0.0
+
+    @property
+    def estimated_step_s(self) -> float:
+        """The compiler's own step estimate, never below the FLOP floor (a lower bound too:
+        it does not see inside Pallas kernels such as splash attention, nor collectives' overlap)."""
+        return max(self.compiler_step_s, self.flop_floor_s)
+
+    @property
+    def estimate_bound(self) -> str:
+        """Which of the two sets :attr:`estimated_step_s`."""
+        return "compiler" if self.compiler_step_s > self.flop_floor_s else "FLOP floor"
+
+    @property
+    def estimated_tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.estimated_step_s if self.estimated_step_s else 0.0
+
+    def usd_per_million_tokens(self, pricing: str = "on_demand",
+                               overrides: dict[str, float] | None = None) -> float | None:
+        """Cost of a million trained tokens at :attr:`estimated_tokens_per_s` on this slice's
+        price (``cookbook.core`` price table, with ``overrides``); None where the price is unknown."""
+        from cookbook import core
+
+        if not self.estimated_tokens_per_s:
+            return None
+        try:
+            price = core.get_price(core.platform_of_slice(self.plan_config.slice_name), pricing, overrides)
+        except core.UnknownPriceError:
+            return None
+        return price.usd_per_hour / 3600 / self.estimated_tokens_per_s * 1e6
 
     @property
     def plan_config(self) -> PlanConfig:
@@ -130,6 +166,9 @@ class PlanReport:
         d = dataclasses.asdict(self)
         d["fits"] = self.fits
         d["fits_with_margin"] = self.fits_with_margin
+        d.update(flop_floor_s=self.flop_floor_s, estimated_step_s=self.estimated_step_s,
+                 estimate_bound=self.estimate_bound, estimated_tokens_per_s=self.estimated_tokens_per_s,
+                 usd_per_million_tokens=self.usd_per_million_tokens())
         return d
 
     def summary(self) -> str:
@@ -152,6 +191,9 @@ class PlanReport:
             f"{_si(self.flops_per_token)}FLOP per trained token; at {self.mfu:.0%} MFU: "
             f"{self.predicted_step_s:.4g} s/step, {self.predicted_tokens_per_s:,.0f} tokens/s "
             f"(a prediction: real speed is measured only on a TPU)\n"
+            f"  compiler's estimate: {self.estimated_step_s:.4g} s/step, {self.estimated_tokens_per_s:,.0f} tokens/s "
+            f"(set by the {self.estimate_bound}; {_si(self.bytes_accessed)}B accessed per chip)"
+            + (f", ${cost:.3g} per 1M tokens on demand\n" if (cost := self.usd_per_million_tokens()) else "\n") +
             f"  LoRA parameters {self.lora_params:,}; activation sharding constraints applied: "
             f"{self.activation_constraints}; compiled in {self.compile_s:.1f} s"
         )

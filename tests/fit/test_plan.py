@@ -48,6 +48,26 @@ def test_tiny_plans_compile_and_are_consistent(plans):
     assert v6e.peak_flops == pytest.approx(2 * dec.peak_flops, rel=0.01)
 
 
+@pytest.mark.slow
+def test_the_compilers_step_estimate_and_its_cost(plans):
+    """cost_analysis()'s own step estimate, never below the FLOP floor, and $ per 1M tokens from
+    the price table (v5p-8's is sourced; an override replaces it)."""
+    from cookbook import core
+
+    none, dec = plans[("v5p-8", "none")], plans[("v5p-8", "decoder")]
+    for r in (none, dec):
+        assert r.compiler_step_s > 0 and r.bytes_accessed > 0
+        assert r.flop_floor_s == pytest.approx(r.flops_per_chip / r.peak_flops)
+        assert r.estimated_step_s == max(r.compiler_step_s, r.flop_floor_s) >= r.flop_floor_s
+        price = core.get_price("tpu-v5p-8").usd_per_hour
+        assert r.usd_per_million_tokens() == pytest.approx(price / 3600 / r.estimated_tokens_per_s * 1e6)
+        assert r.usd_per_million_tokens(overrides={"tpu-v5p-8": 2 * price}) == pytest.approx(
+            2 * r.usd_per_million_tokens())
+    # Recomputing activations costs time in the compiler's estimate too.
+    assert dec.compiler_step_s > none.compiler_step_s
+    assert fit.report_from_dict(json.loads(json.dumps(dec.to_dict()))) == dec
+
+
 @pytest.mark.jax_only
 def test_one_short_tiny_step_compiles_for_v5p_with_no_tpu():
     """One real deviceless compile (what the TPU-host pass can afford): the step compiles for
