@@ -205,7 +205,11 @@ def _shared_recipe(run_dir: Path, rec: dict[str, Any]) -> None:
         old = json.loads(recipe_path.read_text())
         # The base is compared by content: the same checkpoint at another path resumes.
         same_base = old.get("base_fingerprint", old["base_dir"]) == rec.get("base_fingerprint", rec["base_dir"])
-        old_train = {k: v for k, v in old["train"].items() if k != "base_dir"}
+        try:  # through the config, so that a field added since (at its default) is no change
+            old_cfg = TrainConfig.from_dict(old["train"]).to_dict()
+        except (TypeError, ValueError):
+            old_cfg = old["train"]
+        old_train = {k: v for k, v in old_cfg.items() if k != "base_dir"}
         new_train = {k: v for k, v in rec["train"].items() if k != "base_dir"}
         if old_train != new_train or not same_base:
             diff = {k: (old_train.get(k), v) for k, v in new_train.items() if old_train.get(k) != v}

@@ -249,3 +249,19 @@ def test_sharded_training_on_a_mesh_matches_one_device(tmp_path, tiny_base):
         # tight one on the mean.
         np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
         assert np.abs(got[k] - want[k]).mean() < 1e-6, k
+
+
+def test_a_run_recorded_before_a_config_field_existed_still_resumes(tmp_path, tiny_base):
+    """A recipe.json without fields added since (here QLoRA's, at their defaults) is the same
+    config; a real change is still refused."""
+    from cookbook.train._trainer import _shared_recipe
+
+    config = train.train_preset("tiny")
+    rec = train.recipe(config, tiny_base)
+    old = json.loads(json.dumps(rec))
+    for field in ("quantize", "quant_tile"):
+        del old["train"][field]
+    (tmp_path / "recipe.json").write_text(json.dumps(old))
+    _shared_recipe(tmp_path, rec)  # resumes
+    with pytest.raises(FileExistsError, match="quantize"):
+        _shared_recipe(tmp_path, train.recipe(config.replace(quantize="nf4", quant_tile=32), tiny_base))
