@@ -190,13 +190,15 @@ def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: An
                        dense_base: bool = False):
     """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
 
-    ``mesh="auto"``: the mesh the run trained on. ``dense_base``: a QLoRA run's adapters on
+    ``mesh="auto"``: the mesh the run trained on. LoRA dropout is off. ``dense_base``: a QLoRA run's adapters on
     the unquantized base, which is what merging them into the bf16 checkpoint computes (the
     model as trained has the quantized base).
     """
     from tunix.sft import checkpoint_manager
 
-    config = config_of_run(run_dir)
+    # For evaluation, sampling and merging: LoRA dropout off (Qwix applies it on every call,
+    # so a recipe with dropout, such as 31B's, would otherwise score a noisy model).
+    config = config_of_run(run_dir).replace(lora={"dropout": 0.0})
     if dense_base:
         config = config.replace(quantize=None)
     steps = checkpoint_steps(run_dir)

@@ -265,3 +265,15 @@ def test_a_run_recorded_before_a_config_field_existed_still_resumes(tmp_path, ti
     _shared_recipe(tmp_path, rec)  # resumes
     with pytest.raises(FileExistsError, match="quantize"):
         _shared_recipe(tmp_path, train.recipe(config.replace(quantize="nf4", quant_tile=32), tiny_base))
+
+
+def test_a_restored_run_is_evaluated_without_lora_dropout(tmp_path, tiny_base):
+    """A recipe with LoRA dropout (31B's is 0.05) trains with it; the restored model is scored
+    without it: two calls give the same logits."""
+    from cookbook import models
+
+    run = tmp_path / "run"
+    train.train(small_config(max_steps=3, warmup_steps=1, lora={"dropout": 0.5}), run, progress=False)
+    model = train.restore_lora_model(run)
+    tokens = np.arange(1, 17, dtype=np.int32)[None]
+    assert np.array_equal(models.tunix_logits(model, tokens), models.tunix_logits(model, tokens))
