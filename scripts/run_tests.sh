@@ -47,8 +47,8 @@ if [[ $# -gt 0 ]]; then  # a chosen subset: one pytest run, as asked
   exec "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@"
 fi
 
-# The whole suite, in two streams. The suite averages well under two busy cores (59.6 CPU-min
-# in 41.2 min wall before this split), so a second stream runs beside the first, niced so the
+# The whole suite, in two streams. Run as one stream, the suite kept about one of the two cores
+# busy (44.5 CPU-min in 47 min wall), so a second stream runs beside the first, niced so the
 # timed tests (benchmarks) in the first keep their core: the main job (`make demo` on a fresh
 # cache, ~15-18 minutes, and the browser test of its report), then the TPU-host pass, then the
 # multi-process training tests. None of them shares state with the first stream but the tiny
@@ -67,9 +67,11 @@ side_stream() {  # runs in its own subshell (&): niced, and everything it starts
   return $rc
 }
 side_log=$(mktemp)
+set -m  # the second stream gets its own process group: stopping this script stops all of it
 side_stream >"$side_log" 2>&1 &
 side_pid=$!
-trap 'kill $side_pid 2>/dev/null || true' EXIT
+set +m
+trap 'kill -- -$side_pid 2>/dev/null || true' EXIT
 main_rc=0
 "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
   --ignore=tests/train/test_multihost.py --deselect tests/harness/test_browser.py::test_report_in_a_browser \
