@@ -229,6 +229,9 @@ _SOURCED: tuple[Price, ...] = (
     Price(platform="tpu-v5p-8", pricing="on_demand", usd_per_hour=16.80, as_of=PAPER_DATE, source=PAPER),
     Price(platform="tpu-v6e-8", pricing="on_demand", usd_per_hour=21.52, as_of=PAPER_DATE, source=PAPER),
     Price(platform="gpu-2xh100", pricing="on_demand", usd_per_hour=22.12, as_of=PAPER_DATE, source=PAPER),
+    # Cloud TPU bills per chip-hour, so a v6e-4 is half a v6e-8 (the layout search compares them).
+    Price(platform="tpu-v6e-4", pricing="on_demand", usd_per_hour=21.52 / 2, as_of=PAPER_DATE,
+          source=f"derived: {PAPER} tpu-v6e-8 price per chip-hour x 4 chips"),
 )
 # Every platform and pricing kind has a row: the sourced ones, the rest "unknown" (None).
 PRICES: tuple[Price, ...] = _SOURCED + tuple(

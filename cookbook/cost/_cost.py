@@ -181,13 +181,14 @@ def comparison_table(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *,
 
 def predict_training(plan: fit.PlanFigures | None, *, train_tokens_millions: float = PAPER_TPU.train_tokens_millions,
                      mfu: float = fit.DEFAULT_MFU, real_token_fraction: float = 1.0, pricing: str = "on_demand",
-                     overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
+                     overrides: Mapping[str, float] | None = None, estimate: str | None = None) -> dict[str, Any]:
     """This cookbook's predicted training row for the plan's slice: tokens/s, hours, dollars.
 
-    Tokens/s is :func:`cookbook.fit.predicted_speed` (compiled FLOPs per step at an
-    assumed MFU; labelled as such); hours = tokens / tokens/s; dollars = hours x the
-    slice's price. Without a plan the row falls back to the paper's measured 763 tokens/s
-    and says so.
+    Tokens/s is :func:`cookbook.fit.predicted_speed`: with ``estimate="compiler"`` (the
+    default where the plan has it) the TPU compiler's own step estimate, else (``"mfu"``)
+    compiled FLOPs per step at an assumed MFU; labelled as such. Hours = tokens / tokens/s;
+    dollars = hours x the slice's price. Without a plan the row falls back to the paper's
+    measured 763 tokens/s and says so.
     """
     if plan is None:
         if not 0 < mfu <= 1 or not 0 < real_token_fraction <= 1:
@@ -196,15 +197,18 @@ def predict_training(plan: fit.PlanFigures | None, *, train_tokens_millions: flo
                  "basis": "paper's measured tokens/s (planner output not found)", "paper_implied_mfu": None,
                  "assumptions": ["no planner output found: tokens/s is the paper's measured 763 (not a prediction)"]}
     else:
+        estimate = estimate or ("compiler" if plan.compiler_step_s else "mfu")
         speed = fit.predicted_speed(plan, mfu=mfu, real_token_fraction=real_token_fraction,
-                                    paper_tokens_per_s=PAPER_TPU.train_tokens_per_s)
+                                    paper_tokens_per_s=PAPER_TPU.train_tokens_per_s, estimate=estimate)
     tps, platform, assumptions = speed["tokens_per_s"], speed["platform"], list(speed["assumptions"])
     hours = train_tokens_millions * 1e6 / tps / 3600
     price_obj = get_price(platform, pricing, overrides)
     price = price_obj.usd_per_hour
     assumptions.append(f"{train_tokens_millions:g}M training tokens (the paper's data set)")
     assumptions.append(f"{platform} {pricing} ${price:.2f}/h (as of {price_obj.as_of}: {price_obj.source})")
-    return {"label": "predicted until run on a TPU", "basis": speed["basis"], "platform": platform,
+    label = ("the TPU compiler's estimate, until run on a TPU" if speed.get("estimate") == "compiler"
+             else "predicted until run on a TPU")
+    return {"label": label, "estimate": speed.get("estimate"), "basis": speed["basis"], "platform": platform,
             "tokens_per_s": float(tps), "train_hours": float(hours), "train_usd": float(hours * price),
             "usd_per_million_tokens": float(hours * price / train_tokens_millions), "mfu_assumed": mfu,
             "paper_implied_mfu": speed["paper_implied_mfu"], "assumptions": assumptions}
@@ -297,6 +301,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", type=Path, default=None,
                    help="planner JSON for the predicted row (default: the committed 31B plans)")
     p.add_argument("--mfu", type=float, default=fit.DEFAULT_MFU, help="assumed MFU for the predicted row")
+    p.add_argument("--estimate", choices=fit.ESTIMATES, default=None,
+                   help="what sets the predicted step time: the TPU compiler's estimate (default where the plan "
+                        "has one) or FLOPs at --mfu")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="also draw the cost curve to this PNG")
     p.set_defaults(func=_cli)
@@ -317,7 +324,7 @@ def _cli(args: argparse.Namespace) -> int:
     table = comparison_table(serving_hours=args.serving_hours, pricing=args.pricing, overrides=overrides)
     curve = cost_curve(max_hours=args.max_hours, pricing=args.pricing, overrides=overrides)
     predicted = predict_training(fit.load_plan_figures(args.plan), mfu=args.mfu, pricing=args.pricing,
-                                 overrides=overrides)
+                                 overrides=overrides, estimate=args.estimate)
     print(format_prices(overrides))
     print()
     print(format_table(table, predicted))

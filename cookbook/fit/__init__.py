@@ -29,8 +29,9 @@ from cookbook.fit._plan import (  # noqa: F401
 )
 from cookbook.fit._plan_cli import register_cli as register_plan_cli  # noqa: F401
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict  # noqa: F401
-from cookbook.fit._plan_report import format_reports, plot_reports, report_row  # noqa: F401
+from cookbook.fit._plan_report import format_reports, format_rows, plot_reports, report_row  # noqa: F401
 from cookbook.fit._predict import (  # noqa: F401
+    ESTIMATES,
     PlanFigures,
     load_plan_figures,
     paper_speed_in_context,
@@ -44,6 +45,18 @@ from cookbook.fit._remat import (  # noqa: F401
     lora_count_under_remat,
     measure_remat,
     plot,
+)
+from cookbook.fit._search import (  # noqa: F401
+    SINGLE_HOST_SLICES,
+    SearchResult,
+    SearchSpace,
+    candidates,
+    cheapest,
+    compile_all,
+    extrapolate,
+    probe_depths,
+    recommended_from,
+    search,
 )
 from cookbook.fit._sharding import (  # noqa: F401
     abstract_optimizer_state,

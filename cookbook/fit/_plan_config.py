@@ -115,22 +115,39 @@ class PlanReport:
     host_peak_rss_bytes: int = 0
     bytes_accessed: float = 0.0  # per chip per step, the compiler's cost_analysis()
     compiler_step_s: float = 0.0  # cost_analysis()'s "optimal_seconds"; 0: not given (older reports)
+    # (la, lb): extrapolated to full depth from compiles at la and lb layers (cookbook.fit search)
+    extrapolated_from: tuple[int, int] | None = None
+
+    @property
+    def kernel_flops_per_chip(self) -> float:
+        """FLOPs inside the splash-attention kernels, which ``cost_analysis()`` does not count
+        (``cookbook.fit._kernels``); 0 with dense attention."""
+        from cookbook.fit._kernels import splash_kernel_flops_per_chip
+
+        return splash_kernel_flops_per_chip(self.plan_config) if self.compiles else 0.0
+
+    @property
+    def step_flops_per_chip(self) -> float:
+        """All the step's FLOPs per chip: the compiler's count plus the kernels'."""
+        return self.flops_per_chip + self.kernel_flops_per_chip
 
     @property
     def flop_floor_s(self) -> float:
-        """The step at the chip's peak bf16 FLOP/s: no step can be faster."""
-        return self.flops_per_chip / self.peak_flops if self.peak_flops else 0.0
+        """The step at the chip's peak bf16 FLOP/s, kernels included: no step can be faster."""
+        return self.step_flops_per_chip / self.peak_flops if self.peak_flops else 0.0
 
     @property
     def estimated_step_s(self) -> float:
-        """The compiler's own step estimate, never below the FLOP floor (a lower bound too:
-        it does not see inside Pallas kernels such as splash attention, nor collectives' overlap)."""
-        return max(self.compiler_step_s, self.flop_floor_s)
+        """The compiler's own step estimate plus the kernels' work at peak, never below the FLOP
+        floor. Still a lower bound: it assumes the kernels run at peak and does not model how
+        collectives overlap with compute."""
+        kernel_s = self.kernel_flops_per_chip / self.peak_flops if self.peak_flops else 0.0
+        return max(self.compiler_step_s + kernel_s if self.compiler_step_s else 0.0, self.flop_floor_s)
 
     @property
     def estimate_bound(self) -> str:
         """Which of the two sets :attr:`estimated_step_s`."""
-        return "compiler" if self.compiler_step_s > self.flop_floor_s else "FLOP floor"
+        return "compiler" if self.estimated_step_s > self.flop_floor_s else "FLOP floor"
 
     @property
     def estimated_tokens_per_s(self) -> float:
@@ -166,7 +183,7 @@ class PlanReport:
         d = dataclasses.asdict(self)
         d["fits"] = self.fits
         d["fits_with_margin"] = self.fits_with_margin
-        d.update(flop_floor_s=self.flop_floor_s, estimated_step_s=self.estimated_step_s,
+        d.update(kernel_flops_per_chip=self.kernel_flops_per_chip, flop_floor_s=self.flop_floor_s, estimated_step_s=self.estimated_step_s,
                  estimate_bound=self.estimate_bound, estimated_tokens_per_s=self.estimated_tokens_per_s,
                  usd_per_million_tokens=self.usd_per_million_tokens())
         return d
@@ -188,7 +205,9 @@ class PlanReport:
             f"({100 * self.total_bytes / self.hbm_bytes:.1f}%) -> "
             f"{'fits' if self.fits else 'DOES NOT FIT'}\n"
             f"  {_si(self.flops_per_chip)}FLOP per chip per step, "
-            f"{_si(self.flops_per_token)}FLOP per trained token; at {self.mfu:.0%} MFU: "
+            f"{_si(self.flops_per_token)}FLOP per trained token"
+            + (f" (+ {_si(self.kernel_flops_per_chip)}FLOP per chip in splash kernels the compiler does not count)"
+               if self.kernel_flops_per_chip else "") + f"; at {self.mfu:.0%} MFU: "
             f"{self.predicted_step_s:.4g} s/step, {self.predicted_tokens_per_s:,.0f} tokens/s "
             f"(a prediction: real speed is measured only on a TPU)\n"
             f"  compiler's estimate: {self.estimated_step_s:.4g} s/step, {self.estimated_tokens_per_s:,.0f} tokens/s "

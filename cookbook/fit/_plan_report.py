@@ -42,7 +42,11 @@ def report_row(r: PlanReport, name: str | None = None) -> dict[str, Any]:
 def format_reports(reports: list[PlanReport] | dict[str, PlanReport]) -> str:
     """A plain-text table of reports (a dict's keys name the rows)."""
     items = list(reports.items()) if isinstance(reports, dict) else [(None, r) for r in reports]
-    rows = [report_row(r, n) for n, r in items]
+    return format_rows([report_row(r, n) for n, r in items])
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of dict rows (columns in first-seen order)."""
     cols = list(dict.fromkeys(k for row in rows for k in row))
     width = {c: max(len(c), *(len(str(row.get(c, ""))) for row in rows)) for c in cols}
     lines = ["  ".join(c.ljust(width[c]) for c in cols)]

@@ -30,6 +30,9 @@ class PlanFigures:
     tokens_per_step: int
     peak_hbm_gib_per_chip: float | None = None
     source: str
+    # The TPU compiler's own estimate of the step (cost_analysis() "optimal_seconds", never
+    # below the FLOP floor); None where the record predates it.
+    compiler_step_s: float | None = None
 
 
 def _is_plan_record(d: Any) -> bool:
@@ -110,34 +113,56 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     else:
         raise ValueError(f"{path}: plan record has no flops_per_chip; keys: {', '.join(sorted(entry))}")
     tokens = entry.get("tokens_per_step") or int(c["batch_size"]) * int(c["seq_len"])
+    compiler_s = float(entry.get("compiler_step_s") or 0.0)
+    peak = float(entry.get("peak_flops") or 0.0)
+    compiler_step = max(compiler_s, tflop * 1e12 / peak) if compiler_s and peak else None
     total = entry.get("total_bytes")
     layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
     return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,
                        tokens_per_step=int(tokens),
                        peak_hbm_gib_per_chip=float(total) / 2**30 if total else None,
-                       source=f"cookbook plan (deviceless compile; {layout}), {path.name}")
+                       source=f"cookbook plan (deviceless compile; {layout}), {path.name}",
+                       compiler_step_s=compiler_step)
+
+
+ESTIMATES = ("compiler", "mfu")  # what sets a predicted step time
 
 
 def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_fraction: float = 1.0,
-                    paper_tokens_per_s: float | None = None) -> dict[str, Any]:
-    """Tokens/s for ``plan``: step time = TFLOP per chip per step / (chip peak x MFU).
+                    paper_tokens_per_s: float | None = None, estimate: str = "mfu") -> dict[str, Any]:
+    """Tokens/s for ``plan``, with the step time from ``estimate``:
+
+    - ``"mfu"``: TFLOP per chip per step / (chip peak x ``mfu``), an assumed utilisation;
+    - ``"compiler"``: the TPU compiler's own estimate of the step (``plan.compiler_step_s``).
 
     tokens/s = tokens per step x ``real_token_fraction`` (packing efficiency) / step time.
     With ``paper_tokens_per_s``, also the MFU that measured speed would mean for this step.
     """
     if not 0 < mfu <= 1 or not 0 < real_token_fraction <= 1:
         raise ValueError(f"mfu={mfu} and real_token_fraction={real_token_fraction} must lie in (0, 1]")
+    if estimate not in ESTIMATES:
+        raise ValueError(f"estimate={estimate!r}: one of {', '.join(ESTIMATES)}")
     chip = core.PLATFORMS[plan.platform]
-    step_s = plan.tflop_per_chip_per_step / (chip.peak_bf16_tflops_per_chip * mfu)
+    peak = chip.peak_bf16_tflops_per_chip
+    if estimate == "compiler":
+        if not plan.compiler_step_s:
+            raise ValueError(f"{plan.source} has no compiler estimate (compiled before the planner read "
+                             "optimal_seconds): recompile it, or use estimate='mfu'")
+        step_s = plan.compiler_step_s
+        how = (f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds, never below the "
+               f"FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%} of bf16 peak), not a measurement")
+    else:
+        step_s = plan.tflop_per_chip_per_step / (peak * mfu)
+        how = f"MFU {mfu:.0%} of {peak:.0f} TFLOP/s bf16 peak per chip (assumed)"
     implied = None if paper_tokens_per_s is None else (
-        paper_tokens_per_s * plan.tflop_per_chip_per_step / (plan.tokens_per_step * chip.peak_bf16_tflops_per_chip))
+        paper_tokens_per_s * plan.tflop_per_chip_per_step / (plan.tokens_per_step * peak))
     return {
         "tokens_per_s": plan.tokens_per_step * real_token_fraction / step_s, "step_s": step_s,
-        "platform": plan.platform, "basis": plan.source, "paper_implied_mfu": implied,
+        "platform": plan.platform, "basis": plan.source, "paper_implied_mfu": implied, "estimate": estimate,
         "assumptions": [
             f"{plan.tflop_per_chip_per_step:.1f} TFLOP per chip per step of {plan.tokens_per_step} tokens "
             f"(compiled for {plan.platform}, no TPU used: {plan.source})",
-            f"MFU {mfu:.0%} of {chip.peak_bf16_tflops_per_chip:.0f} TFLOP/s bf16 peak per chip (assumed)",
+            how,
             f"{real_token_fraction:.0%} of each step's tokens are real (packing efficiency)",
         ],
     }

@@ -47,11 +47,16 @@ def test_slices_agree_with_their_topology_and_cloud_names():
 
 
 def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
-    sourced = {(p.platform, p.pricing): p for p in core.PRICES if p.known}
+    sourced = {(p.platform, p.pricing): p for p in core.PRICES if p.known and not p.source.startswith("derived")}
     assert {k: p.usd_per_hour for k, p in sourced.items()} == {
         (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()}
     for p in sourced.values():
         assert p.source == core.PAPER and p.as_of == core.PAPER_DATE
+    # Derived prices: the same chip's sourced price per chip-hour, times this slice's chips.
+    derived = [p for p in core.PRICES if p.known and p.source.startswith("derived")]
+    assert [p.platform for p in derived] == ["tpu-v6e-4"]
+    per_chip = PAPER_ON_DEMAND["tpu-v6e-8"] / core.PLATFORMS["tpu-v6e-8"].chips
+    assert derived[0].usd_per_hour == pytest.approx(per_chip * core.PLATFORMS["tpu-v6e-4"].chips)
     for name, usd in PAPER_ON_DEMAND.items():
         assert core.get_price(name).usd_per_hour == usd
     unknown = [p for p in core.PRICES if not p.known]

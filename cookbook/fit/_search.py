@@ -1,0 +1,447 @@
+"""The layout search: compile every candidate layout of a preset for a TPU slice, rank them.
+
+``search(preset, slice_name, SearchSpace(...))`` compiles (deviceless, ``cookbook.fit.plan``)
+each candidate layout: mesh shapes the model allows, remat choices, dense or splash
+attention at given block sizes, micro-batch sizes and a bf16 or quantized (QLoRA) base.
+It drops what does not compile or does not fit under :data:`SAFETY_MARGIN` of HBM and ranks
+the rest by the compiler's own estimated step time per trained token
+(``PlanReport.estimated_step_s``: ``cost_analysis()``'s ``optimal_seconds``, never below the
+FLOP floor). ``cheapest(preset)`` runs it on each single-host slice and names the slice
+and layout with the lowest estimated cost per million trained tokens.
+
+**Probe depths.** A full-depth 31B compile takes 2.5 to 36 minutes here (remat and load
+decide), too slow to search. A deep model repeats one attention pattern (31B: 5 sliding +
+1 global, ten times), so each layout is compiled at one and at two periods of the pattern
+(6 and 12 layers for 31B) and every per-chip figure the compiler reports (argument,
+output, temp and code bytes, FLOPs, bytes accessed, ``optimal_seconds``, LoRA parameters)
+is extrapolated linearly in depth: ``a + (b - a) * (L - la) / (lb - la)``. Checked against
+full-depth compiles (``benchmarks/results/plan_31b.json``; ``validate_extrapolation``):
+FLOPs agree to 0.1%, per-chip memory to a few percent (numbers in the committed search).
+Presets at most two periods deep (``tiny``) and presets whose layers are not all alike
+(KV-shared trailing layers) are compiled at full depth.
+
+Every compile is one ``plan()`` call, cached under the cache root by config and compiler
+version: a search that is stopped loses only the compile in flight, and a search that
+finds everything cached is instant. Compiles run in child processes (``workers``; one
+each, fresh, so a compile killed for memory costs one row, not the search).
+Written by hand: no library searches TPU layouts by compiling them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from cookbook import models
+from cookbook.fit._kernels import splash_kernel_flops_per_chip
+from cookbook.fit._layouts import LAYOUT_KEYS, SAFETY_MARGIN
+from cookbook.fit._plan import plan, plan_cache_path, precheck, preset_for
+from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
+
+# The single-host slices ``cheapest`` compares (cookbook.core's slice table names them).
+SINGLE_HOST_SLICES = ("v5e-8", "v6e-4", "v6e-8", "v5p-8")
+# Figures a compiled report gives per chip that grow with depth.
+_DEPTH_LINEAR = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "flops_per_chip",
+                 "bytes_accessed", "compiler_step_s", "lora_params", "activation_constraints")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """The candidate layouts: the product of these lists (None: every valid mesh)."""
+
+    meshes: tuple[tuple[int, int], ...] | None = None  # (fsdp, tp); None: every mesh the model allows
+    remats: tuple[str, ...] = ("none", "decoder")
+    attentions: tuple[str, ...] = ("dense", "splash512")  # "dense" or "splash<block>"
+    batch_per_fsdp: tuple[int, ...] = (1,)  # micro-batch = fsdp x each
+    quantize: tuple[str | None, ...] = (None,)
+    grow_batch: int = 2  # then double the best layout's batch up to this many times while it fits
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchSpace:
+        d = dict(d)
+        if d.get("meshes") is not None:
+            d["meshes"] = tuple(tuple(m) for m in d["meshes"])
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def parse_attention(name: str) -> tuple[bool, int]:
+    """``"dense"`` -> (False, 512); ``"splash256"`` -> (True, 256); anything else: ValueError."""
+    if name == "dense":
+        return False, PlanConfig.flash_block
+    if name.startswith("splash") and name.removeprefix("splash").isdigit():
+        return True, int(name.removeprefix("splash"))
+    raise ValueError(f"attention {name!r}: write 'dense' or 'splash<block>' (for example splash512)")
+
+
+def layout_name(c: PlanConfig, fsdp: int, tp: int) -> str:
+    attention = f"splash{c.flash_block}" if c.flash_attention else "dense"
+    return f"{c.slice_name}/{fsdp}x{tp}/b{c.batch_size}/{c.remat}/{attention}" + (f"/{c.quantize}" if c.quantize else "")
+
+
+def candidates(base: PlanConfig, space: SearchSpace) -> dict[str, PlanConfig]:
+    """Every layout of ``space`` for ``base``'s preset and slice, by name (meshes checked first)."""
+    from cookbook import core
+    from cookbook import mesh as mesh_lib
+
+    preset = models.get_preset(base.model_preset)
+    chips = core.get_slice(base.slice_name).num_chips
+    meshes = space.meshes or tuple(mesh_lib.valid_meshes(preset, chips))
+    for fsdp, tp in meshes:
+        mesh_lib.validate_mesh(preset, fsdp, tp, num_devices=chips)
+    for r in space.remats:
+        models.get_remat_choice(r)
+    out = {}
+    for (fsdp, tp), remat, attention, k, q in itertools.product(meshes, space.remats, space.attentions,
+                                                                 space.batch_per_fsdp, space.quantize):
+        flash, block = parse_attention(attention)
+        c = base.replace(mesh_fsdp=fsdp, mesh_tp=tp, batch_size=fsdp * k, remat=remat, flash_attention=flash,
+                         flash_block=block, quantize=q)
+        out[layout_name(c, fsdp, tp)] = c
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Probe depths and extrapolation
+
+
+def probe_depths(config: PlanConfig) -> tuple[int, int] | None:
+    """The two depths a layout is compiled at, or None to compile it at full depth."""
+    preset = preset_for(config)
+    period = len(preset.attention_pattern)
+    if preset.num_layers <= 2 * period or preset.num_kv_shared_layers:
+        return None
+    return period, 2 * period
+
+
+def extrapolate(a: PlanReport, b: PlanReport, config: PlanConfig) -> PlanReport:
+    """``config`` at full depth from its reports at two depths (linear in layers; see the module doc)."""
+    la, lb = a.plan_config.num_layers, b.plan_config.num_layers
+    layers = preset_for(config).num_layers
+    probe_s = a.compile_s + b.compile_s
+    common = dict(config=config.to_dict(), fsdp=a.fsdp, tp=a.tp, chips=a.chips, hbm_bytes=a.hbm_bytes,
+                  peak_flops=a.peak_flops, mfu=a.mfu, compile_s=probe_s, extrapolated_from=(la, lb),
+                  host_peak_rss_bytes=max(a.host_peak_rss_bytes, b.host_peak_rss_bytes))
+    if not (a.compiles and b.compiles):
+        failed = a if not a.compiles else b
+        return PlanReport(**common, compiles=False, error=f"at {failed.plan_config.num_layers} layers: {failed.error}")
+    t = (layers - la) / (lb - la)
+    v = {k: getattr(a, k) + (getattr(b, k) - getattr(a, k)) * t for k in _DEPTH_LINEAR}
+    for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "lora_params",
+              "activation_constraints"):
+        v[k] = int(round(v[k]))
+    tokens = a.tokens_per_step
+    step_s = (v["flops_per_chip"] + splash_kernel_flops_per_chip(config)) / (a.peak_flops * a.mfu)
+    return PlanReport(**common, compiles=True, **v,
+                      total_bytes=v["argument_bytes"] + v["output_bytes"] - v["alias_bytes"] + v["temp_bytes"]
+                      + v["code_bytes"], tokens_per_step=tokens, flops_per_token=v["flops_per_chip"] * a.chips / tokens,
+                      predicted_step_s=step_s, predicted_tokens_per_s=tokens / step_s if step_s else 0.0)
+
+
+def compiles_needed(config: PlanConfig) -> list[PlanConfig]:
+    """The ``plan()`` configs that give ``config``'s full-depth report."""
+    depths = probe_depths(config)
+    return [config] if depths is None else [config.replace(num_layers=n) for n in depths]
+
+
+def full_depth_report(config: PlanConfig, probes: dict[PlanConfig, PlanReport]) -> PlanReport:
+    needed = compiles_needed(config)
+    if len(needed) == 1:
+        return probes[needed[0]]
+    return extrapolate(probes[needed[0]], probes[needed[1]], config)
+
+
+# --------------------------------------------------------------------------------------
+# The search
+
+
+def plan_or_reason(config: PlanConfig) -> PlanReport:
+    """``plan(config)``, or a failed report naming why ``config`` was refused before compiling."""
+    try:
+        precheck(config)  # cheap: a refused layout never waits for a compile slot
+        return plan(config)
+    except ValueError as e:  # a layout the model or the slice cannot take (cookbook.fit.check_config)
+        return PlanReport(config=config.to_dict(), compiles=False, error=f"refused before compiling: {e}")
+
+
+def _plan_in_child(config_dict: dict[str, Any]) -> dict[str, Any]:
+    from cookbook.core import setup_runtime_env
+
+    setup_runtime_env()
+    return plan_or_reason(PlanConfig.from_dict(config_dict)).to_dict()
+
+
+def _cached(config: PlanConfig) -> PlanReport | None:
+    path = plan_cache_path(config)
+    return report_from_dict(json.loads(path.read_text())) if path.is_file() else None
+
+
+def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bool = True,
+                say: Callable[[str], None] = print) -> dict[PlanConfig, PlanReport]:
+    """``plan()`` of each config: cached ones at once, the rest in ``workers`` child processes
+    (0: in this process), with a progress bar and, after the first compile, the time left."""
+    from tqdm.auto import tqdm
+
+    todo, done = [], {}
+    for c in dict.fromkeys(configs):
+        hit = _cached(c)
+        if hit is None:
+            try:
+                precheck(c)
+            except ValueError:
+                hit = plan_or_reason(c)  # refused before compiling: no compile to wait for
+        if hit is None:
+            todo.append(c)
+        else:
+            done[c] = hit
+    if not todo:
+        return done
+    known = [r.compile_s for r in done.values() if r.compile_s]
+    if known:
+        say(f"{len(todo)} compiles to do ({len(done)} cached); at the cached compiles' mean "
+            f"{sum(known) / len(known):.0f} s each, about {len(todo) * sum(known) / len(known) / 60 / max(workers, 1):.0f} min")
+    else:
+        say(f"{len(todo)} compiles to do ({len(done)} cached); the time left is estimated after the first")
+    bar = tqdm(total=len(todo), desc="compiling layouts", disable=not progress)
+    t0 = time.perf_counter()
+
+    def finished(c: PlanConfig, r: PlanReport) -> None:
+        done[c] = r
+        bar.update(1)
+        if bar.n == 1 and len(todo) > 1:
+            say(f"first compile took {time.perf_counter() - t0:.0f} s: about "
+                f"{(len(todo) - 1) * (time.perf_counter() - t0) / 60 / max(workers, 1):.0f} min left")
+
+    try:
+        if workers == 0:
+            for c in todo:
+                finished(c, plan_or_reason(c))
+        else:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+                futures = {c: pool.submit(_plan_in_child, c.to_dict()) for c in todo}
+                for c, f in futures.items():
+                    try:
+                        finished(c, report_from_dict(f.result()))
+                    except Exception as e:  # the child died (killed for memory): one failed row
+                        finished(c, PlanReport(config=c.to_dict(), compiles=False,
+                                               error=f"the compile process died ({type(e).__name__}: {e})"))
+    finally:
+        bar.close()
+    return done
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    """A slice's search: every layout's full-depth report, and the ranking of those that fit."""
+
+    preset: str
+    slice_name: str
+    spaces: tuple[SearchSpace, ...]  # what was searched (two after a merge)
+    reports: dict[str, PlanReport]
+    margin: float = SAFETY_MARGIN
+
+    @property
+    def ranked(self) -> list[str]:
+        """Layouts that fit with margin, fastest estimated tokens/s first (then less HBM)."""
+        ok = [n for n, r in self.reports.items() if r.compiles and r.total_bytes <= self.margin * r.hbm_bytes]
+        return sorted(ok, key=lambda n: (-self.reports[n].estimated_tokens_per_s, self.reports[n].total_bytes))
+
+    def rejected(self) -> dict[str, str]:
+        """Why each layout that is not ranked was dropped."""
+        out = {}
+        for n, r in self.reports.items():
+            if not r.compiles:
+                out[n] = f"does not compile: {r.error}"
+            elif r.total_bytes > self.margin * r.hbm_bytes:
+                out[n] = (f"does not fit with margin: {r.total_bytes / 2**30:.1f} GiB per chip of "
+                          f"{r.hbm_bytes / 2**30:.1f} ({100 * r.total_bytes / r.hbm_bytes:.0f}% > {self.margin:.0%})")
+        return out
+
+    def best(self, *, base_only: bool = False) -> str | None:
+        """The top-ranked layout (``base_only``: the best with an unquantized base)."""
+        names = [n for n in self.ranked if not (base_only and self.reports[n].plan_config.quantize)]
+        return names[0] if names else None
+
+    def rows(self, overrides: dict[str, float] | None = None) -> list[dict[str, Any]]:
+        """The ranked table (then the dropped layouts, with why); prices with ``overrides``."""
+        out = [search_row(n, self.reports[n], rank=rank, overrides=overrides) for rank, n in enumerate(self.ranked, 1)]
+        out += [search_row(n, self.reports[n], rank=None, dropped=why, overrides=overrides)
+                for n, why in self.rejected().items()]
+        return out
+
+
+def search_row(name: str, r: PlanReport, *, rank: int | None, dropped: str | None = None,
+               overrides: dict[str, float] | None = None) -> dict[str, Any]:
+    """One row of a search table: per-chip HBM, the compiler's estimate beside the FLOP floor."""
+    c = r.plan_config
+    row: dict[str, Any] = {"rank": rank or "-", "layout": name, "mesh": f"{r.fsdp or c.mesh_fsdp}x{r.tp or c.mesh_tp}", "batch": c.batch_size,
+                           "remat": c.remat, "attention": f"splash {c.flash_block}" if c.flash_attention else "dense",
+                           "base": c.quantize or "bf16"}
+    if r.compiles:
+        cost = r.usd_per_million_tokens(overrides=overrides)
+        row.update({"GiB/chip": round(r.total_bytes / 2**30, 2), "HBM %": round(100 * r.total_bytes / r.hbm_bytes, 1),
+                    "est. s/step": float(f"{r.estimated_step_s:.4g}"), "FLOP floor s/step": float(f"{r.flop_floor_s:.4g}"),
+                    "set by": r.estimate_bound, "depth": "extrapolated" if r.extrapolated_from else "full", "est. tokens/s": round(r.estimated_tokens_per_s),
+                    "$/1M tokens": float(f"{cost:.4g}") if cost is not None else "price unknown"})
+    row["result"] = dropped or "fits"
+    return row
+
+
+def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, base: PlanConfig | None = None,
+           workers: int = 1, margin: float = SAFETY_MARGIN, progress: bool = True,
+           say: Callable[[str], None] = print) -> SearchResult:
+    """Compile and rank ``space``'s layouts of ``preset`` on ``slice_name`` (see the module doc).
+
+    ``base`` gives everything that is not searched (sequence length, LoRA, optimizer);
+    default ``PlanConfig()``'s. After the grid, the best layout's batch is doubled up to
+    ``space.grow_batch`` times while it still fits with margin.
+    """
+    base = (base or PlanConfig()).replace(model_preset=preset, slice_name=slice_name)
+    layouts = candidates(base, space)
+    probes = compile_all([p for c in layouts.values() for p in compiles_needed(c)], workers=workers,
+                         progress=progress, say=say)
+    reports = {n: full_depth_report(c, probes) for n, c in layouts.items()}
+    result = SearchResult(preset=preset, slice_name=slice_name, spaces=(space,), reports=reports, margin=margin)
+    for _ in range(space.grow_batch):
+        top = result.best()
+        if top is None:
+            break
+        c = layouts.get(top) or result.reports[top].plan_config
+        bigger = c.replace(batch_size=2 * c.batch_size)
+        name = layout_name(bigger, result.reports[top].fsdp, result.reports[top].tp)
+        if name in reports:
+            break
+        more = compile_all(compiles_needed(bigger), workers=min(workers, 2), progress=progress, say=say)
+        reports[name] = full_depth_report(bigger, more)
+        layouts[name] = bigger
+        result = dataclasses.replace(result, reports=reports)
+        if name not in result.ranked:
+            break
+    return result
+
+
+def recommended_from(result: SearchResult) -> dict[str, Any] | None:
+    """The training layout a search recommends (the best with an unquantized base: QLoRA changes
+    the model, so it is a choice the user makes), in the training config's field names."""
+    name = result.best(base_only=True)
+    if name is None:
+        return None
+    r = result.reports[name]
+    c = r.plan_config
+    layout = {"mesh_fsdp": r.fsdp, "mesh_tp": r.tp, **{k: getattr(c, k) for k in LAYOUT_KEYS[2:]}}
+    return {**layout, "from": name, "hbm_fraction": r.total_bytes / r.hbm_bytes, "flops_per_token": r.flops_per_token,
+            "floor_step_s": r.flop_floor_s, "floor_tokens_per_s": r.tokens_per_step / r.flop_floor_s,
+            "estimated_step_s": r.estimated_step_s, "estimated_tokens_per_s": r.estimated_tokens_per_s,
+            "estimate_bound": r.estimate_bound, "usd_per_million_tokens": r.usd_per_million_tokens()}
+
+
+def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
+             overrides: dict[str, float] | None = None) -> dict[str, Any]:
+    """The slice and layout with the lowest estimated cost per 1M trained tokens that fits with margin.
+
+    Per slice, its best layout (any base) and cost; a slice whose price is unknown is listed
+    with the break-even price below which it would win. ``None`` winner: nothing priced fits.
+    """
+    from cookbook import core
+
+    rows = []
+    for res in results:
+        name = res.best()
+        if name is None:
+            rows.append({"slice": res.slice_name, "layout": None, "why": "no layout fits with margin"})
+            continue
+        r = res.reports[name]
+        rows.append({"slice": res.slice_name, "layout": name, "estimated_tokens_per_s": r.estimated_tokens_per_s,
+                     "usd_per_million_tokens": r.usd_per_million_tokens(pricing, overrides),
+                     "gib_per_chip": r.total_bytes / 2**30})
+    priced = [x for x in rows if x.get("usd_per_million_tokens") is not None]
+    winner = min(priced, key=lambda x: x["usd_per_million_tokens"]) if priced else None
+    for x in rows:
+        if x.get("layout") and x.get("usd_per_million_tokens") is None and winner:
+            x["break_even_usd_per_hour"] = winner["usd_per_million_tokens"] * x["estimated_tokens_per_s"] * 3600 / 1e6
+            x["why"] = (f"price unknown here: it would be cheapest below ${x['break_even_usd_per_hour']:.2f}/h "
+                        f"(give it: --price tpu-{x['slice']}:{pricing}=USD_PER_HOUR)")
+    return {"pricing": pricing, "winner": winner, "slices": rows,
+            "price_source": {x["slice"]: _price_source(core, x["slice"], pricing, overrides) for x in rows}}
+
+
+def _price_source(core, slice_name: str, pricing: str, overrides) -> str:
+    try:
+        p = core.get_price(core.platform_of_slice(slice_name), pricing, overrides)
+    except core.UnknownPriceError:
+        return "unknown"
+    return f"${p.usd_per_hour:.2f}/h ({p.source}, as of {p.as_of})"
+
+
+def results_dict(results: Sequence[SearchResult], *, machine: str, validation: list[dict[str, Any]] | None = None,
+                 pricing: str = "on_demand", overrides: dict[str, float] | None = None) -> dict[str, Any]:
+    """The committed form of a search over slices (``benchmarks/results/plan_search_<size>.json``).
+
+    Shaped like ``benchmarks/plan_31b.py``'s file (``results`` by name, ``recommended`` per
+    slice), so that everything reading the recommended layout reads this one; plus the
+    ranking and what was dropped per slice, the cheapest slice, and the extrapolation check.
+    """
+    import datetime
+    import os
+
+    from cookbook.fit._plan import compiler_versions
+
+    preset = {r.preset for r in results}
+    if len(preset) != 1:
+        raise ValueError(f"one preset per results file, got {sorted(preset)}")
+    out: dict[str, Any] = {
+        "preset": preset.pop(), "compiled_on": datetime.date.today().isoformat(), "machine": machine,
+        "load_average_at_write": os.getloadavg()[0], "versions": compiler_versions(),
+        "margin": results[0].margin, "basis": "compiler's estimate (cost_analysis optimal_seconds, "
+        "never below the FLOP floor); per-chip memory and FLOPs from the TPU compiler, no TPU run",
+        "results": {}, "ranked": {}, "dropped": {}, "spaces": {}, "recommended": {},
+    }
+    for res in results:
+        out["results"].update({n: r.to_dict() for n, r in res.reports.items()})
+        out["ranked"][res.slice_name] = res.ranked
+        out["dropped"][res.slice_name] = res.rejected()
+        out["spaces"][res.slice_name] = [s.to_dict() for s in res.spaces]
+        rec = recommended_from(res)
+        if rec:
+            out["recommended"][res.slice_name] = rec
+    out["cheapest"] = cheapest(results, pricing=pricing, overrides=overrides)
+    if validation is not None:
+        out["validation"] = validation
+    return out
+
+
+def load_search(data: dict[str, Any]) -> list[SearchResult]:
+    """The :class:`SearchResult` per slice of a :func:`results_dict` (as committed)."""
+    reports = {n: report_from_dict(r) for n, r in data["results"].items()}
+    out = []
+    for slice_name, spaces in data["spaces"].items():
+        mine = {n: r for n, r in reports.items() if r.plan_config.slice_name == slice_name}
+        out.append(SearchResult(preset=data["preset"], slice_name=slice_name, spaces=tuple(SearchSpace.from_dict(s) for s in spaces),
+                                reports=mine, margin=data["margin"]))
+    return out
+
+
+def merge(a: SearchResult, b: SearchResult) -> SearchResult:
+    """Two searches of one slice (two spaces) as one ranking."""
+    if (a.preset, a.slice_name) != (b.preset, b.slice_name):
+        raise ValueError("merge searches of one preset and slice")
+    return dataclasses.replace(a, spaces=a.spaces + b.spaces, reports={**a.reports, **b.reports})
+
+
+def validate_extrapolation(full: PlanReport, extrapolated: PlanReport) -> dict[str, Any]:
+    """How far the probe extrapolation lands from a full-depth compile of the same layout."""
+    out: dict[str, Any] = {"config": full.config}
+    for k in ("total_bytes", "temp_bytes", "argument_bytes", "flops_per_chip", "compiler_step_s"):
+        f, e = getattr(full, k), getattr(extrapolated, k)
+        out[k] = {"full": f, "extrapolated": e, "relative_error": (e - f) / f if f else None}
+    return out

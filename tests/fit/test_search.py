@@ -1,0 +1,201 @@
+"""cookbook.fit's layout search: candidates, probe-depth extrapolation, ranking, the cheapest slice."""
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from cookbook import fit, harness, lora
+from cookbook.fit import _search
+
+# Small enough to compile in seconds; the CLI test below asks for the same configs (cached).
+BASE = fit.PlanConfig(model_preset="tiny", seq_len=256,
+                      lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"))
+SPACE = fit.SearchSpace(meshes=((2, 2), (4, 1)), remats=("decoder",), attentions=("dense", "splash128", "splash100"),
+                        grow_batch=1)
+
+
+def test_candidates_are_the_product_of_the_space_and_refuse_bad_meshes():
+    space = fit.SearchSpace(remats=("none", "decoder"), attentions=("dense", "splash512"), quantize=(None, "nf4"))
+    layouts = fit.candidates(BASE.replace(slice_name="v5p-8"), space)
+    # tiny's 2 global KV heads cap tp at 2: on 4 chips the meshes are 4x1 and 2x2.
+    assert len(layouts) == 2 * 2 * 2 * 2
+    assert {(c.mesh_fsdp, c.mesh_tp) for c in layouts.values()} == {(4, 1), (2, 2)}
+    c = layouts["v5p-8/2x2/b2/none/splash512/nf4"]
+    assert (c.batch_size, c.flash_attention, c.flash_block, c.quantize, c.seq_len) == (2, True, 512, "nf4", 256)
+    with pytest.raises(ValueError, match="tp=4 does not divide"):
+        fit.candidates(BASE.replace(slice_name="v5p-8"), fit.SearchSpace(meshes=((1, 4),)))
+    with pytest.raises(ValueError, match="'flash'.*splash<block>"):
+        fit.candidates(BASE.replace(slice_name="v5p-8"), fit.SearchSpace(attentions=("flash",)))
+
+
+def test_probe_depths_follow_the_attention_pattern():
+    assert _search.probe_depths(fit.PlanConfig(model_preset="gemma4_31b")) == (6, 12)  # 5 sliding + 1 global
+    assert _search.probe_depths(BASE) is None  # 6 layers: compiled at full depth
+    assert _search.probe_depths(BASE.replace(num_layers=18)) == (6, 12)
+
+
+@pytest.mark.slow
+def test_an_extrapolated_layout_agrees_with_its_full_depth_compile():
+    """Compiles at 6 and 12 layers, extrapolated to 18, against the 18-layer compile itself."""
+    config = BASE.replace(slice_name="v5p-8", mesh_fsdp=2, mesh_tp=2, batch_size=2, num_layers=18)
+    probes = fit.compile_all(_search.compiles_needed(config), workers=0, progress=False)
+    extrapolated = _search.full_depth_report(config, probes)
+    full = fit.plan(config)
+    assert extrapolated.extrapolated_from == (6, 12) and full.extrapolated_from is None
+    # What is linear in depth by construction (one LoRA pair per projection per layer, the same
+    # stored state per layer) comes out exact.
+    assert extrapolated.lora_params == full.lora_params == lora.expected_lora_params(
+        fit.preset_for(config), BASE.lora)
+    assert extrapolated.argument_bytes == pytest.approx(full.argument_bytes, rel=1e-3)
+    assert extrapolated.flops_per_chip == pytest.approx(full.flops_per_chip, rel=1e-3)
+    # The control: scaling one 6-layer probe by depth misses the fixed part (embedding, logits).
+    naive = probes[config.replace(num_layers=6)].argument_bytes * 3
+    assert abs(naive - full.argument_bytes) > 100 * abs(extrapolated.argument_bytes - full.argument_bytes)
+    check = _search.validate_extrapolation(full, extrapolated)
+    assert check["flops_per_chip"]["relative_error"] == pytest.approx(0, abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_search():
+    return fit.search("tiny", "v5p-8", SPACE, base=BASE, workers=0, progress=False, say=lambda _: None)
+
+
+@pytest.mark.slow
+def test_the_search_ranks_by_the_compilers_estimate_and_says_what_it_dropped(tiny_search):
+    res = tiny_search
+    dropped = res.rejected()
+    # splash block 100 does not divide 256 tokens: refused before compiling, with the reason.
+    assert {n for n in dropped if "splash100" in n} == {"v5p-8/2x2/b2/decoder/splash100", "v5p-8/4x1/b4/decoder/splash100"}
+    assert all("multiple of flash_block" in dropped[n] for n in dropped)
+    ranked = [res.reports[n] for n in res.ranked]
+    assert len(ranked) == 5  # two meshes x two attentions, then the best one's batch doubled
+    speeds = [r.estimated_tokens_per_s for r in ranked]
+    assert speeds == sorted(speeds, reverse=True) and speeds[-1] > 0
+    for r in ranked:
+        assert r.estimated_step_s >= r.flop_floor_s > 0  # never below the FLOP floor
+        assert r.fits_with_margin
+    # The grid's best layout, then its batch doubled (grow_batch=1): one layout beyond the grid.
+    grid = fit.candidates(BASE.replace(slice_name="v5p-8"), SPACE)
+    extra = [n for n in res.reports if n not in grid]
+    assert len(extra) == 1
+    best_of_grid = max((n for n in grid if n in res.ranked), key=lambda n: res.reports[n].estimated_tokens_per_s)
+    grown = res.reports[extra[0]].plan_config
+    assert (grown.mesh_fsdp, grown.mesh_tp, grown.batch_size) == (
+        grid[best_of_grid].mesh_fsdp, grid[best_of_grid].mesh_tp, 2 * grid[best_of_grid].batch_size)
+    rows = res.rows()
+    assert [row["rank"] for row in rows[:5]] == [1, 2, 3, 4, 5] and all(row["rank"] == "-" for row in rows[5:])
+    assert rows[0]["$/1M tokens"] == pytest.approx(res.reports[res.ranked[0]].usd_per_million_tokens(), rel=1e-2)
+    # A tighter margin drops the largest layout, and says why.
+    biggest = max(res.ranked, key=lambda n: res.reports[n].total_bytes)
+    r = res.reports[biggest]
+    tight = dataclasses.replace(res, margin=0.999 * r.total_bytes / r.hbm_bytes)
+    assert biggest not in tight.ranked and "does not fit with margin" in tight.rejected()[biggest]
+    rec = fit.recommended_from(res)
+    assert rec["from"] == res.ranked[0] and rec["estimated_tokens_per_s"] == speeds[0]
+
+
+@pytest.mark.slow
+def test_the_splash_kernels_are_invisible_to_the_compiler_and_the_planner_adds_them(tiny_search):
+    """Dense minus splash compiled FLOPs is the whole dense attention: the compiler counted none
+    of splash's kernel work (counted, the two would nearly cancel: splash computes 3 of 4 blocks
+    here, with 11 block matmuls to dense's 8). The planner's own count fills the gap."""
+    from cookbook.fit import _kernels
+
+    dense = tiny_search.reports["v5p-8/2x2/b2/decoder/dense"]
+    splash = tiny_search.reports["v5p-8/2x2/b2/decoder/splash128"]
+    preset = fit.preset_for(BASE)
+    dense_attn = _kernels.attention_flops(preset, batch=2, seq_len=256, block=128, remat="decoder", splash=False) / 4
+    splash_attn = _kernels.attention_flops(preset, batch=2, seq_len=256, block=128, remat="decoder") / 4
+    assert splash_attn > 0.9 * dense_attn  # what the kernels really compute here
+    gap = dense.flops_per_chip - splash.flops_per_chip
+    # Measured: the gap is the dense attention's matmuls plus ~8% of elementwise work (softmax,
+    # masks) that splash also hides; counted kernels would leave a gap near 0.
+    assert 0.95 * dense_attn < gap < dense_attn + 0.5 * splash_attn, (gap, dense_attn, splash_attn)
+    assert splash.kernel_flops_per_chip == pytest.approx(splash_attn) and dense.kernel_flops_per_chip == 0
+    assert splash.step_flops_per_chip == pytest.approx(splash.flops_per_chip + splash_attn)
+    assert splash.estimated_step_s >= splash.flop_floor_s == pytest.approx(splash.step_flops_per_chip / splash.peak_flops)
+    assert _kernels.visible_blocks(256, 128, None) == 3 and _kernels.visible_blocks(4096, 512, None) == 36
+    assert _kernels.visible_blocks(4096, 512, 1024) == 8 + 7 + 6  # diagonal, one and two blocks back
+
+
+@pytest.mark.slow
+def test_a_search_that_finds_everything_cached_compiles_nothing(tiny_search, monkeypatch):
+    from cookbook.fit import _plan
+
+    def no_compile(config, *args):
+        raise AssertionError(f"compiled {config} again")
+
+    monkeypatch.setattr(_plan, "lower_train_step", no_compile)  # refusals (checked before it) cost nothing
+    said = []
+    t0 = time.perf_counter()
+    again = fit.search("tiny", "v5p-8", SPACE, base=BASE, workers=0, progress=False, say=said.append)
+    assert time.perf_counter() - t0 < 10
+    assert again.ranked == tiny_search.ranked and not any("compiles to do" in s for s in said)
+
+
+def _report(slice_name: str, tokens_per_s: float, gib: float = 10.0) -> fit.PlanReport:
+    """A compiled report whose compiler estimate gives ``tokens_per_s`` (for the cheapest-slice logic)."""
+    from cookbook import core
+
+    chip = core.get_slice(slice_name).chip
+    tokens = 4096
+    return fit.PlanReport(config=fit.PlanConfig(model_preset="gemma4_31b", slice_name=slice_name).to_dict(),
+                          compiles=True, fsdp=1, tp=4, chips=4, hbm_bytes=float(chip.hbm_bytes),
+                          peak_flops=chip.bf16_flops, total_bytes=int(gib * 2**30), flops_per_chip=1e9,
+                          tokens_per_step=tokens, compiler_step_s=tokens / tokens_per_s)
+
+
+def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get_a_break_even():
+    from cookbook import core
+
+    results = [fit.SearchResult(preset="gemma4_31b", slice_name=s, spaces=(fit.SearchSpace(),),
+                                reports={f"{s}/x": _report(s, tps)})
+               for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0), ("v5e-8", 800.0))]
+    out = fit.cheapest(results)
+    cost = {r["slice"]: r["usd_per_million_tokens"] for r in out["slices"]}
+    for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0)):
+        price = core.get_price(core.platform_of_slice(s)).usd_per_hour
+        assert cost[s] == pytest.approx(price / 3600 / tps * 1e6)
+    assert out["winner"]["slice"] == min((s for s in cost if cost[s] is not None), key=cost.get)
+    v5e = next(r for r in out["slices"] if r["slice"] == "v5e-8")
+    assert v5e["usd_per_million_tokens"] is None and "--price tpu-v5e-8:on_demand=" in v5e["why"]
+    # At its break-even price v5e-8 costs exactly what the winner does; a cent less and it wins.
+    be = v5e["break_even_usd_per_hour"]
+    priced = fit.cheapest(results, overrides={"tpu-v5e-8:on_demand": be - 0.01})
+    assert priced["winner"]["slice"] == "v5e-8"
+    # A slice where nothing fits is named, not silently skipped.
+    none_fit = dataclasses.replace(results[0], reports={"v5p-8/x": _report("v5p-8", 1000.0, gib=90.0)})
+    assert fit.cheapest([none_fit])["slices"][0]["why"] == "no layout fits with margin"
+
+
+@pytest.mark.slow
+def test_cli_search_prints_the_ranked_table_and_writes_json(tiny_search, tmp_path, capsys):
+    out = tmp_path / "search.json"
+    args = ["plan", "--search", "--preset", "tiny", "--slice", "v5p-8", "--meshes", "2x2,4x1", "--remats", "decoder",
+            "--attentions", "dense", "--grow-batch", "0", "--seq-len", "256", "--rank", "8", "--alpha", "16",
+            "--json", str(out)]
+    assert harness.main(args) == 0
+    text = capsys.readouterr().out
+    assert "ranked by the compiler's estimate" in text and "v5p-8/2x2/b2/decoder/dense" in text
+    data = json.loads(out.read_text())
+    grid = fit.candidates(BASE.replace(slice_name="v5p-8"), SPACE)
+    assert data["ranked"]["v5p-8"] == [n for n in tiny_search.ranked if n in grid and n.endswith("/dense")]
+    assert data["recommended"]["v5p-8"]["from"] == data["ranked"]["v5p-8"][0]
+    assert data["versions"]["libtpu"] and data["cheapest"]["winner"]["slice"] == "v5p-8"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--meshes", "3x"], "--meshes '3x': write FSDPxTP shapes"),
+    (["--meshes", "1x4"], "tp=4 does not divide"),
+    (["--attentions", "flash"], "attention 'flash'"),
+    (["--quantizes", "nf2"], "'nf2' is not one of none, nf4, int8, fp8"),
+    (["--cheapest", "--slices", "v9-8"], "unknown TPU slice 'v9-8'"),
+    (["--price", "tpu-v5e-8=cheap"], "is not a number"),
+])
+def test_cli_search_bad_input_is_one_line_naming_the_fix(flags, message, capsys):
+    flag = [] if "--cheapest" in flags else ["--search"]
+    assert harness.main(["plan", *flag, "--preset", "tiny", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
