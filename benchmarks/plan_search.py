@@ -6,7 +6,7 @@ the extrapolation against the full-depth compiles in ``plan_31b.json``, and writ
 ``benchmarks/results/plan_search_31b.json``: the ranked layouts per slice, what was
 dropped and why, the recommended training layout per slice (what ``cookbook train --preset
 gemma4_31b`` runs) and the cheapest slice. Compiles are cached under the cache root, so a
-stopped run resumes where it stopped; with nothing cached it takes about an hour on a
+stopped run resumes where it stopped; with nothing cached it takes about 80 minutes on a
 2-core machine (two compiles at a time, 3-6 GB of RAM each).
 
     .venv/bin/python benchmarks/plan_search.py              # all four slices
@@ -31,15 +31,23 @@ def spaces():
 
     grid = dict(remats=("none", "decoder"), attentions=("dense", "splash512"), grow_batch=1)
     return {
-        # The training slice of the paper: every mesh, both remat choices, both attentions.
-        "v5p-8": [SearchSpace(**grid)],
-        # fsdp 8 x tp 1 needs batch 8 and holds a whole 31B layer per chip during its
-        # all-gather; left out to keep the search near an hour. nf4 (QLoRA) on the usual layout.
-        "v6e-8": [SearchSpace(meshes=((2, 4), (4, 2)), **grid),
+        # The paper's training slice: both remat choices and both attentions on the meshes
+        # with tensor parallelism; fsdp-only (4 x 1, batch 4) without remat only: its probes
+        # compile 3-6 min each here, and it cannot beat 1 x 4 on memory (a whole layer per chip
+        # during each all-gather).
+        "v5p-8": [SearchSpace(meshes=((1, 4), (2, 2)), **grid),
+                  SearchSpace(meshes=((4, 1),), remats=("none",), attentions=("dense", "splash512"), grow_batch=0)],
+        # The serving slice (32 GiB chips): without remat only splash fits at all, above the margin
+        # (the full-depth compile in plan_31b.json), so block/decoder remat x dense/splash 512/splash
+        # 256 on fsdp 2 x tp 4, that no-remat layout, one layout on 4 x 2, and QLoRA (nf4).
+        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("block", "decoder"),
+                              attentions=("dense", "splash512", "splash256"), grow_batch=1),
+                  SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0),
+                  SearchSpace(meshes=((4, 2),), remats=("decoder",), attentions=("splash512",), grow_batch=0),
                   SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), quantize=("nf4",),
                               grow_batch=0)],
         # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; bf16 or nf4 base.
-        "v6e-4": [SearchSpace(meshes=((1, 4), (2, 2)), remats=("decoder",), attentions=("splash512",),
+        "v6e-4": [SearchSpace(meshes=((1, 4),), remats=("decoder",), attentions=("splash512",),
                               quantize=(None, "nf4"), grow_batch=1)],
         "v5e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
                               quantize=(None, "nf4"), grow_batch=1)],

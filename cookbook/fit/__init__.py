@@ -8,6 +8,7 @@ from cookbook.fit._layouts import (  # noqa: F401
     DEFAULT_MFU,
     LAYOUT_KEYS,
     SAFETY_MARGIN,
+    load_full_depth_results,
     load_plan_results,
     plan_results_path,
     recommended_table,
@@ -29,7 +30,13 @@ from cookbook.fit._plan import (  # noqa: F401
 )
 from cookbook.fit._plan_cli import register_cli as register_plan_cli  # noqa: F401
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict  # noqa: F401
-from cookbook.fit._plan_report import format_reports, format_rows, plot_reports, report_row  # noqa: F401
+from cookbook.fit._plan_report import (  # noqa: F401
+    format_reports,
+    format_rows,
+    plot_reports,
+    plot_search,
+    report_row,
+)
 from cookbook.fit._predict import (  # noqa: F401
     ESTIMATES,
     PlanFigures,
@@ -54,6 +61,7 @@ from cookbook.fit._search import (  # noqa: F401
     cheapest,
     compile_all,
     extrapolate,
+    load_search,
     probe_depths,
     recommended_from,
     search,

@@ -1,12 +1,14 @@
 """The training layout the planner recommends per preset and slice: one table, read by everyone.
 
-``benchmarks/plan_31b.py`` compiles full-depth layouts for a TPU slice with no TPU and
-writes the raw reports and its pick per slice (fewest compiled FLOPs per trained token
-under :data:`SAFETY_MARGIN` of HBM, then the largest compiled batch) to
-``benchmarks/results/plan_<size>.json``. That file is the one home of the recommendation:
+``benchmarks/plan_search.py`` runs the layout search (``cookbook.fit.search``: candidate
+layouts compiled for a TPU slice with no TPU, ranked by the compiler's estimated step time
+per trained token among those under :data:`SAFETY_MARGIN` of HBM) on each single-host slice
+and writes ``benchmarks/results/plan_search_<size>.json`` with its pick per slice (the
+best layout with an unquantized base). That file is the one home of the recommendation:
 ``cookbook.train.train_preset`` builds its TPU recipes from it (so ``cookbook train
 --preset gemma4_31b`` runs the layout that was fit-checked), notebook 04 and ``cookbook
-plan --recommended`` show it, and the cost stage prices it.
+plan --recommended`` show it, and the cost stage prices it. ``plan_31b.json`` keeps the
+full-depth compiles the search's extrapolation is checked against.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ SAFETY_MARGIN = 0.80  # a plan "fits with margin" when the per-chip total is und
 # labelled so wherever it is used.
 DEFAULT_MFU = 0.40
 # Which committed planner file holds each real preset's compiles.
-PLAN_RESULTS = {"gemma4_31b": "plan_31b.json"}
+PLAN_RESULTS = {"gemma4_31b": "plan_search_31b.json"}
+# Full-depth compiles of a few layouts (benchmarks/plan_31b.py): what the search is checked against.
+FULL_DEPTH_RESULTS = {"gemma4_31b": "plan_31b.json"}
 # The slice a preset trains on by default: the paper's training slice.
 DEFAULT_TRAINING_SLICE = {"gemma4_31b": "v5p-8"}
 # A recommended layout in the training config's field names (``cookbook.train.TrainConfig``;
@@ -47,8 +51,15 @@ def load_plan_results(preset_name: str = "gemma4_31b") -> dict[str, Any]:
     path = plan_results_path(preset_name)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: it is committed with the repository; "
-                                "run from a checkout, or regenerate it with benchmarks/plan_31b.py")
+                                "run from a checkout, or regenerate it with benchmarks/plan_search.py")
     return json.loads(path.read_text())
+
+
+def load_full_depth_results(preset_name: str = "gemma4_31b") -> dict[str, Any]:
+    """The committed full-depth compiles of ``preset_name`` (what the search's extrapolation is checked on)."""
+    if preset_name not in FULL_DEPTH_RESULTS:
+        raise ValueError(f"no committed full-depth compiles for preset {preset_name!r}")
+    return json.loads((core.RESULTS_DIR / FULL_DEPTH_RESULTS[preset_name]).read_text())
 
 
 def recommended_training(preset_name: str, slice_name: str | None = None) -> dict[str, Any]:
@@ -79,5 +90,6 @@ def recommended_table(preset_name: str = "gemma4_31b") -> list[dict[str, Any]]:
     for slice_name, rec in (data.get("recommended") or {}).items():
         layout = recommended_training(preset_name, slice_name)
         rows.append({**layout, **{k: rec.get(k) for k in ("flops_per_token", "floor_step_s", "floor_tokens_per_s",
-                                                          "predicted_max_batch")}})
+                                                          "estimated_step_s", "estimated_tokens_per_s",
+                                                          "estimate_bound", "usd_per_million_tokens")}})
     return rows

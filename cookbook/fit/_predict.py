@@ -17,7 +17,7 @@ from typing import Any
 
 from cookbook import core
 from cookbook.fit._layouts import DEFAULT_MFU, plan_results_path, recommended_training
-from cookbook.fit._plan_config import LEGACY_NAMES
+from cookbook.fit._plan_config import LEGACY_NAMES, report_from_dict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,7 +65,7 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
                       slice_name: str = "v5p-8", prefer: Mapping[str, Any] | None = None) -> PlanFigures | None:
     """The planner's compiled figures for ``preset`` on ``slice_name``, or None if absent.
 
-    Reads what ``cookbook plan --json`` / ``benchmarks/plan_31b.py`` write (``PlanReport``
+    Reads what ``cookbook plan --json`` / ``benchmarks/plan_search.py`` write (``PlanReport``
     records: ``flops_per_chip``, ``tokens_per_step``, ``config``). When the file holds
     several configurations, takes the one the planner recommends for training
     (``prefer``, default ``cookbook.fit.recommended_training(preset)``), else the
@@ -75,7 +75,7 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    # benchmarks/plan_31b.py names its pick per slice: {"recommended": {slice: {"from": name}},
+    # benchmarks/plan_search.py names its pick per slice: {"recommended": {slice: {"from": name}},
     # "results": {name: record}}.
     picked = ((data.get("recommended") or {}).get(slice_name) or {}).get("from") if isinstance(data, dict) else None
     if picked and picked in (data.get("results") or {}) and prefer is None:
@@ -113,9 +113,13 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     else:
         raise ValueError(f"{path}: plan record has no flops_per_chip; keys: {', '.join(sorted(entry))}")
     tokens = entry.get("tokens_per_step") or int(c["batch_size"]) * int(c["seq_len"])
-    compiler_s = float(entry.get("compiler_step_s") or 0.0)
-    peak = float(entry.get("peak_flops") or 0.0)
-    compiler_step = max(compiler_s, tflop * 1e12 / peak) if compiler_s and peak else None
+    # The splash kernels' FLOPs, which the compiler does not count (cookbook.fit._kernels), and
+    # the compiler's own step estimate with them (None where the record predates optimal_seconds).
+    compiler_step = None
+    if "config" in entry and "compiles" in entry:
+        report = report_from_dict(dict(entry))
+        tflop += report.kernel_flops_per_chip / 1e12
+        compiler_step = report.estimated_step_s if report.compiler_step_s and report.peak_flops else None
     total = entry.get("total_bytes")
     layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
     return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,

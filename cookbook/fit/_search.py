@@ -22,8 +22,8 @@ Presets at most two periods deep (``tiny``) and presets whose layers are not all
 
 Every compile is one ``plan()`` call, cached under the cache root by config and compiler
 version: a search that is stopped loses only the compile in flight, and a search that
-finds everything cached is instant. Compiles run in child processes (``workers``; one
-each, fresh, so a compile killed for memory costs one row, not the search).
+finds everything cached is instant. Compiles run in child processes (``workers`` at a
+time, each compile in a fresh one, so a compile killed for memory costs its own row only).
 Written by hand: no library searches TPU layouts by compiling them.
 """
 
@@ -34,7 +34,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from cookbook import models
@@ -45,6 +45,8 @@ from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
 
 # The single-host slices ``cheapest`` compares (cookbook.core's slice table names them).
 SINGLE_HOST_SLICES = ("v5e-8", "v6e-4", "v6e-8", "v5p-8")
+# What validate_extrapolation compares.
+VALIDATED = ("total_bytes", "temp_bytes", "argument_bytes", "flops_per_chip", "compiler_step_s")
 # Figures a compiled report gives per chip that grow with depth.
 _DEPTH_LINEAR = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "flops_per_chip",
                  "bytes_accessed", "compiler_step_s", "lora_params", "activation_constraints")
@@ -171,11 +173,30 @@ def plan_or_reason(config: PlanConfig) -> PlanReport:
         return PlanReport(config=config.to_dict(), compiles=False, error=f"refused before compiling: {e}")
 
 
-def _plan_in_child(config_dict: dict[str, Any]) -> dict[str, Any]:
-    from cookbook.core import setup_runtime_env
+_CHILD = """
+import json, sys
+from cookbook.core import setup_runtime_env
+setup_runtime_env()
+from cookbook.fit import PlanConfig
+from cookbook.fit._search import plan_or_reason
+print("REPORT" + json.dumps(plan_or_reason(PlanConfig.from_dict(json.loads(sys.argv[1]))).to_dict()))
+"""
 
-    setup_runtime_env()
-    return plan_or_reason(PlanConfig.from_dict(config_dict)).to_dict()
+
+def _plan_in_child(config: PlanConfig) -> PlanReport:
+    """``plan_or_reason(config)`` in a fresh Python process; a failed report if that process dies
+    (killed for memory, say), so one bad compile costs its own row and nothing else."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config.to_dict())], capture_output=True,
+                          text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("REPORT")), None)
+    if line is None:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:500]
+        return PlanReport(config=config.to_dict(), compiles=False,
+                          error=f"the compile process died (exit {proc.returncode}): {tail}")
+    return report_from_dict(json.loads(line[len("REPORT"):]))
 
 
 def _cached(config: PlanConfig) -> PlanReport | None:
@@ -224,17 +245,10 @@ def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bo
             for c in todo:
                 finished(c, plan_or_reason(c))
         else:
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(workers, mp_context=ctx, max_tasks_per_child=1) as pool:
-                futures = {c: pool.submit(_plan_in_child, c.to_dict()) for c in todo}
-                for c, f in futures.items():
-                    try:
-                        finished(c, report_from_dict(f.result()))
-                    except Exception as e:  # the child died (killed for memory): one failed row
-                        finished(c, PlanReport(config=c.to_dict(), compiles=False,
-                                               error=f"the compile process died ({type(e).__name__}: {e})"))
+            with ThreadPoolExecutor(workers) as pool:  # threads that each wait on one child process
+                futures = {pool.submit(_plan_in_child, c): c for c in todo}
+                for f in as_completed(futures):
+                    finished(futures[f], f.result())
     finally:
         bar.close()
     return done
@@ -440,8 +454,9 @@ def merge(a: SearchResult, b: SearchResult) -> SearchResult:
 
 def validate_extrapolation(full: PlanReport, extrapolated: PlanReport) -> dict[str, Any]:
     """How far the probe extrapolation lands from a full-depth compile of the same layout."""
-    out: dict[str, Any] = {"config": full.config}
-    for k in ("total_bytes", "temp_bytes", "argument_bytes", "flops_per_chip", "compiler_step_s"):
+    out: dict[str, Any] = {"layout": layout_name(full.plan_config, full.fsdp, full.tp), "config": full.config,
+                           "fits_with_margin": {"full": full.fits_with_margin, "extrapolated": extrapolated.fits_with_margin}}
+    for k in VALIDATED:
         f, e = getattr(full, k), getattr(extrapolated, k)
         out[k] = {"full": f, "extrapolated": e, "relative_error": (e - f) / f if f else None}
     return out

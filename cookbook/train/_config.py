@@ -125,10 +125,10 @@ def train_preset(name: str) -> TrainConfig:
     ``tiny``: the CPU recipe that takes the random tiny base from ~0% to >= 80% exact
     match on the sample task in a few CPU minutes (one device; see notebook 06).
     ``gemma4_31b``: the paper's hyperparameters (rank 64, alpha 64, dropout 0.05, lr 1e-4,
-    100 warm-up steps then cosine, weight decay 0.001, no clipping, accumulation 8) on the
-    layout the planner recommends for its training slice (v5p-8: mesh fsdp 1 x tp 4,
-    micro-batch 1 x 4,096 tokens, no remat, splash attention with block 512; see
-    ``cookbook plan --preset gemma4_31b --recommended``).
+    100 warm-up steps then cosine, weight decay 0.001, no clipping, 8 sequences per optimizer
+    step) on the layout the layout search recommends for its training slice (mesh, micro-batch,
+    remat, attention; gradient accumulation makes up the 8 sequences; see ``cookbook plan
+    --preset gemma4_31b --recommended``).
     """
     if name == "tiny":
         # Tuned on the sample task. A high learning rate suits a LoRA that learns the task
@@ -153,9 +153,13 @@ def train_preset(name: str) -> TrainConfig:
         )
     if name == "gemma4_31b":
         # The layout the planner compiled and fit-checked for this preset's training slice
-        # (benchmarks/results/plan_31b.json via cookbook.fit.recommended_training): mesh,
+        # (benchmarks/results/plan_search_31b.json via cookbook.fit.recommended_training): mesh,
         # micro-batch, sequence length, remat, splash attention and its block.
         layout = fit.recommended_training(name)
+        # The paper's 8 sequences per optimizer step, whatever micro-batch the layout runs.
+        if PAPER_SEQUENCES_PER_STEP % layout["batch_size"]:
+            raise ValueError(f"the recommended micro-batch {layout['batch_size']} does not divide the paper's "
+                             f"{PAPER_SEQUENCES_PER_STEP} sequences per optimizer step; regenerate the layout search")
         return TrainConfig(
             model_preset="gemma4_31b",
             lora=lora_lib.LoraConfig(rank=64, alpha=64.0, dropout=0.05),
@@ -166,7 +170,7 @@ def train_preset(name: str) -> TrainConfig:
             learning_rate=1e-4,
             warmup_steps=100,
             weight_decay=0.001,
-            grad_accum_steps=8,
+            grad_accum_steps=PAPER_SEQUENCES_PER_STEP // layout["batch_size"],
             max_grad_norm=None,
             eval_every_steps=200,
             eval_batches=8,
@@ -182,6 +186,7 @@ def train_preset(name: str) -> TrainConfig:
 
 
 TRAIN_PRESETS = ("tiny", "gemma4_31b")
+PAPER_SEQUENCES_PER_STEP = 8  # the paper: micro-batch 1 x gradient accumulation 8
 
 
 def make_optimizer(config: TrainConfig):

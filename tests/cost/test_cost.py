@@ -129,3 +129,22 @@ def test_cli_writes_table_json_and_plot(tmp_path, capsys):
     # A --plan that is not there is an error, not a silent switch to the paper's measured speed.
     assert harness.main(["cost", "--plan", str(tmp_path / "none.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_default_predicted_row_is_the_compilers_estimate_of_the_recommended_layout():
+    from cookbook import core
+
+    plan = fit.load_plan_figures()  # the committed layout search, v5p-8's recommendation
+    rec = fit.load_plan_results("gemma4_31b")["recommended"]["v5p-8"]
+    row = cost.predict_training(plan)
+    assert row["estimate"] == "compiler" and row["label"] == "the TPU compiler's estimate, until run on a TPU"
+    assert row["tokens_per_s"] == pytest.approx(rec["estimated_tokens_per_s"])
+    assert any("the TPU compiler's estimate" in a for a in row["assumptions"])
+    # The assumed-MFU row of the same plan counts the splash kernels' FLOPs too.
+    by_mfu = cost.predict_training(plan, estimate="mfu", mfu=0.4)
+    peak = core.PLATFORMS["tpu-v5p-8"].peak_bf16_tflops_per_chip
+    assert by_mfu["tokens_per_s"] == pytest.approx(plan.tokens_per_step * peak * 0.4 / plan.tflop_per_chip_per_step)
+    assert plan.tflop_per_chip_per_step == pytest.approx(rec["flops_per_token"] * plan.tokens_per_step / 4 / 1e12
+                                                         + fit.load_plan_results("gemma4_31b")["results"][rec["from"]]
+                                                         ["kernel_flops_per_chip"] / 1e12)
+

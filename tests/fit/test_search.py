@@ -199,3 +199,59 @@ def test_cli_search_bad_input_is_one_line_naming_the_fix(flags, message, capsys)
     assert harness.main(["plan", *flag, "--preset", "tiny", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
+    """benchmarks/results/plan_search_31b.json: recomputed from its own reports with today's code,
+    it ranks and recommends what it says; the extrapolation held against full-depth compiles."""
+    from cookbook import train
+
+    data = fit.load_plan_results("gemma4_31b")
+    searches = {r.slice_name: r for r in fit.load_search(data)}
+    assert set(searches) == set(fit.SINGLE_HOST_SLICES) and data["versions"]["libtpu"]
+    assert min(len(searches[s].ranked) for s in ("v5p-8", "v6e-8")) >= 8
+    for s, res in searches.items():
+        assert data["ranked"][s] == res.ranked  # stale if the estimate changed: rerun benchmarks/plan_search.py
+        speeds = [res.reports[n].estimated_tokens_per_s for n in res.ranked]
+        assert speeds == sorted(speeds, reverse=True)
+        for n in res.ranked:
+            r = res.reports[n]
+            assert r.fits_with_margin and r.estimated_step_s >= r.flop_floor_s > 0
+            assert tuple(r.extrapolated_from) == (6, 12) and r.plan_config.num_layers is None
+        if s in data["recommended"]:
+            assert data["recommended"][s]["from"] == res.best(base_only=True)
+    assert fit.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
+    # QLoRA (nf4) compiled for v6e-8 and v5e-8, with its per-chip memory.
+    for s in ("v6e-8", "v5e-8"):
+        nf4 = [r for r in searches[s].reports.values() if r.plan_config.quantize == "nf4"]
+        assert nf4 and all(r.compiles and r.total_bytes > 0 for r in nf4)
+    # The probe extrapolation against the full-depth compiles of plan_31b.json.
+    assert len(data["validation"]) >= 2
+    for v in data["validation"]:
+        assert abs(v["flops_per_chip"]["relative_error"]) < 1e-2, v["layout"]
+        assert abs(v["total_bytes"]["relative_error"]) < 0.05, v["layout"]
+        assert v["fits_with_margin"]["full"] == v["fits_with_margin"]["extrapolated"], v["layout"]
+    # The 31B training recipe runs the v5p-8 recommendation.
+    rec = data["recommended"]["v5p-8"]
+    t = train.train_preset("gemma4_31b")
+    assert (t.mesh_fsdp, t.mesh_tp, t.data.batch_size, t.remat, t.flash_attention, t.flash_block) == (
+        rec["mesh_fsdp"], rec["mesh_tp"], rec["batch_size"], rec["remat"], rec["flash_attention"], rec["flash_block"])
+
+
+@pytest.mark.slow
+def test_compiles_run_in_child_processes_and_a_dead_child_costs_one_row(monkeypatch):
+    import sys
+
+    config = BASE.replace(slice_name="v5p-8", mesh_fsdp=2, mesh_tp=2, batch_size=2, seq_len=128, remat="none")
+    from cookbook.fit._plan import plan_cache_path
+
+    plan_cache_path(config).unlink(missing_ok=True)
+    got = fit.compile_all([config], workers=1, progress=False, say=lambda _: None)[config]
+    assert got.compiles and got.lora_params == lora.expected_lora_params(fit.preset_for(config), BASE.lora)
+    assert plan_cache_path(config).is_file()  # the child's compile is cached for everyone
+    plan_cache_path(config).unlink()
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # every child dies at once
+    other = config.replace(remat="decoder")
+    plan_cache_path(other).unlink(missing_ok=True)
+    rows = fit.compile_all([config, other], workers=2, progress=False, say=lambda _: None)
+    assert all(not r.compiles and "the compile process died (exit 1)" in r.error for r in rows.values())
