@@ -6,7 +6,7 @@ the extrapolation against the full-depth compiles in ``plan_31b.json``, and writ
 ``benchmarks/results/plan_search_31b.json``: the ranked layouts per slice, what was
 dropped and why, the recommended training layout per slice (what ``cookbook train --preset
 gemma4_31b`` runs) and the cheapest slice. Compiles are cached under the cache root, so a
-stopped run resumes where it stopped; with nothing cached it takes about 80 minutes on a
+stopped run resumes where it stopped; with nothing cached it takes about 90 minutes on a
 2-core machine (two compiles at a time, 3-6 GB of RAM each).
 
     .venv/bin/python benchmarks/plan_search.py              # all four slices
@@ -38,19 +38,19 @@ def spaces():
         "v5p-8": [SearchSpace(meshes=((1, 4), (2, 2)), **grid),
                   SearchSpace(meshes=((4, 1),), remats=("none",), attentions=("dense", "splash512"), grow_batch=0)],
         # The serving slice (32 GiB chips): without remat only splash fits at all, above the margin
-        # (the full-depth compile in plan_31b.json), so block/decoder remat x dense/splash 512/splash
-        # 256 on fsdp 2 x tp 4, that no-remat layout, one layout on 4 x 2, and QLoRA (nf4).
-        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("block", "decoder"),
-                              attentions=("dense", "splash512", "splash256"), grow_batch=1),
-                  SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0),
-                  SearchSpace(meshes=((4, 2),), remats=("decoder",), attentions=("splash512",), grow_batch=0),
-                  SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), quantize=("nf4",),
-                              grow_batch=0)],
+        # (the full-depth compile in plan_31b.json); per-decoder remat with dense or splash 512
+        # attention, and QLoRA (nf4). An 8-chip probe compiles in 7-9 min here (a 4-chip one in
+        # 1-5), which is what kept this slice's search small; Tunix's "block" remat took over 7
+        # CPU-minutes for one 6-layer probe.
+        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), quantize=("nf4",),
+                              grow_batch=0),
+                  SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("dense", "splash512"), grow_batch=0),
+                  SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0)],
         # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; bf16 or nf4 base.
         "v6e-4": [SearchSpace(meshes=((1, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4"), grow_batch=1)],
+                              quantize=(None, "nf4"), grow_batch=0)],
         "v5e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4"), grow_batch=1)],
+                              quantize=(None, "nf4"), grow_batch=0)],
     }
 
 
@@ -58,6 +58,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slices", default=",".join(spaces()), help="comma-separated slices to search")
     ap.add_argument("--workers", type=int, default=2, help="compiles at a time (each its own process)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="compile nothing: write the results from the compiles already cached (a stopped search)")
     args = ap.parse_args()
     from cookbook.core import setup_runtime_env
 
@@ -67,11 +69,12 @@ def main() -> int:
 
     base = fit.PlanConfig(model_preset="gemma4_31b")  # rank 64 all-linear, 4096 tokens, AdamW: the paper's recipe
     results = []
-    for slice_name in args.slices.split(","):
+    for slice_name in sorted(args.slices.split(","), key=lambda s: ("v6e-8" in s, s)):  # the slow 8-chip one last
         res = None
         for space in spaces()[slice_name]:
-            one = fit.search("gemma4_31b", slice_name, space, base=base, workers=args.workers)
-            res = one if res is None else _search.merge(res, one)
+            one = fit.search("gemma4_31b", slice_name, space, base=base, workers=args.workers,
+                             cached_only=args.cached_only)
+            res = one if res is None else fit.merge_searches(res, one)
         results.append(res)
         print(f"\n{slice_name}:\n{fit.format_rows(res.rows())}", flush=True)
     # The extrapolation against the full-depth compiles committed in plan_31b.json.
@@ -81,9 +84,11 @@ def main() -> int:
         c = full.plan_config
         if c.num_layers or not full.compiles:
             continue
-        probes = fit.compile_all(_search.compiles_needed(c), workers=args.workers)
-        validation.append(_search.validate_extrapolation(full, _search.full_depth_report(c, probes)))
-    data = _search.results_dict(results, machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
+        probes = fit.compile_all(_search.compiles_needed(c), workers=args.workers, cached_only=args.cached_only)
+        if len(probes) < 2:
+            continue
+        validation.append(fit.validate_extrapolation(full, _search.full_depth_report(c, probes)))
+    data = fit.results_dict(results, machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
                                 validation=validation)
     OUT.write_text(json.dumps(data, indent=2, sort_keys=True))
     print(json.dumps(data["cheapest"], indent=2))

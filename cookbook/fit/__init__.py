@@ -58,13 +58,18 @@ from cookbook.fit._search import (  # noqa: F401
     SearchResult,
     SearchSpace,
     candidates,
-    cheapest,
     compile_all,
     extrapolate,
-    load_search,
     probe_depths,
-    recommended_from,
     search,
+)
+from cookbook.fit._search_results import (  # noqa: F401
+    cheapest,
+    load_search,
+    merge_searches,
+    recommended_from,
+    results_dict,
+    validate_extrapolation,
 )
 from cookbook.fit._sharding import (  # noqa: F401
     abstract_optimizer_state,

@@ -16,6 +16,7 @@ from cookbook.fit._plan import plan
 from cookbook.fit._plan_config import PlanConfig
 from cookbook.fit._plan_report import format_rows
 from cookbook.fit._search import SINGLE_HOST_SLICES, SearchSpace
+from cookbook.fit._search_results import results_dict
 
 _DEFAULTS = PlanConfig()
 _LORA = _DEFAULTS.lora
@@ -114,7 +115,7 @@ def _search_cli(args) -> int:
         results.append(res)
         print(f"\n{args.model_preset} on {s} (ranked by the compiler's estimate; none of it run on a TPU):")
         print(format_rows(res.rows(overrides)) if res.reports else "  no layouts")
-    data = _search.results_dict(results, machine="this host (deviceless AOT compile)", overrides=overrides)
+    data = results_dict(results, machine="this host (deviceless AOT compile)", overrides=overrides)
     if args.cheapest:
         win = data["cheapest"]["winner"]
         print("\ncheapest: " + (f"{win['slice']}, {win['layout']}: ${win['usd_per_million_tokens']:.3f} per 1M "

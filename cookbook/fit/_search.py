@@ -5,9 +5,11 @@ each candidate layout: mesh shapes the model allows, remat choices, dense or spl
 attention at given block sizes, micro-batch sizes and a bf16 or quantized (QLoRA) base.
 It drops what does not compile or does not fit under :data:`SAFETY_MARGIN` of HBM and ranks
 the rest by the compiler's own estimated step time per trained token
-(``PlanReport.estimated_step_s``: ``cost_analysis()``'s ``optimal_seconds``, never below the
-FLOP floor). ``cheapest(preset)`` runs it on each single-host slice and names the slice
-and layout with the lowest estimated cost per million trained tokens.
+(``PlanReport.estimated_step_s``: ``cost_analysis()``'s ``optimal_seconds`` plus the splash
+kernels' work, which the compiler does not count (``cookbook.fit._kernels``), never below the
+FLOP floor). ``cookbook.fit.cheapest`` (``_search_results``) takes the searches of the
+single-host slices and names the slice and layout with the lowest estimated cost per million
+trained tokens.
 
 **Probe depths.** A full-depth 31B compile takes 2.5 to 36 minutes here (remat and load
 decide), too slow to search. A deep model repeats one attention pattern (31B: 5 sliding +
@@ -33,13 +35,13 @@ import dataclasses
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from cookbook import models
 from cookbook.fit._kernels import splash_kernel_flops_per_chip
-from cookbook.fit._layouts import LAYOUT_KEYS, SAFETY_MARGIN
+from cookbook.fit._layouts import SAFETY_MARGIN
 from cookbook.fit._plan import plan, plan_cache_path, precheck, preset_for
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
 
@@ -153,8 +155,11 @@ def compiles_needed(config: PlanConfig) -> list[PlanConfig]:
     return [config] if depths is None else [config.replace(num_layers=n) for n in depths]
 
 
-def full_depth_report(config: PlanConfig, probes: dict[PlanConfig, PlanReport]) -> PlanReport:
+def full_depth_report(config: PlanConfig, probes: dict[PlanConfig, PlanReport]) -> PlanReport | None:
+    """``config``'s full-depth report from its compiles in ``probes`` (None if one is missing)."""
     needed = compiles_needed(config)
+    if any(n not in probes for n in needed):
+        return None
     if len(needed) == 1:
         return probes[needed[0]]
     return extrapolate(probes[needed[0]], probes[needed[1]], config)
@@ -205,9 +210,10 @@ def _cached(config: PlanConfig) -> PlanReport | None:
 
 
 def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bool = True,
-                say: Callable[[str], None] = print) -> dict[PlanConfig, PlanReport]:
+                say: Callable[[str], None] = print, cached_only: bool = False) -> dict[PlanConfig, PlanReport]:
     """``plan()`` of each config: cached ones at once, the rest in ``workers`` child processes
-    (0: in this process), with a progress bar and, after the first compile, the time left."""
+    (0: in this process), with a progress bar and, after the first compile, the time left.
+    ``cached_only``: compile nothing; the configs not in the cache are left out."""
     from tqdm.auto import tqdm
 
     todo, done = [], {}
@@ -222,7 +228,9 @@ def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bo
             todo.append(c)
         else:
             done[c] = hit
-    if not todo:
+    if not todo or cached_only:
+        if todo:
+            say(f"{len(todo)} of {len(todo) + len(done)} compiles are not cached: left out (cached_only)")
         return done
     known = [r.compile_s for r in done.values() if r.compile_s]
     if known:
@@ -313,18 +321,19 @@ def search_row(name: str, r: PlanReport, *, rank: int | None, dropped: str | Non
 
 def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, base: PlanConfig | None = None,
            workers: int = 1, margin: float = SAFETY_MARGIN, progress: bool = True,
-           say: Callable[[str], None] = print) -> SearchResult:
+           say: Callable[[str], None] = print, cached_only: bool = False) -> SearchResult:
     """Compile and rank ``space``'s layouts of ``preset`` on ``slice_name`` (see the module doc).
 
     ``base`` gives everything that is not searched (sequence length, LoRA, optimizer);
     default ``PlanConfig()``'s. After the grid, the best layout's batch is doubled up to
-    ``space.grow_batch`` times while it still fits with margin.
+    ``space.grow_batch`` times while it still fits with margin. ``cached_only``: compile
+    nothing, rank the layouts whose compiles are cached (a stopped search, written as it is).
     """
     base = (base or PlanConfig()).replace(model_preset=preset, slice_name=slice_name)
     layouts = candidates(base, space)
     probes = compile_all([p for c in layouts.values() for p in compiles_needed(c)], workers=workers,
-                         progress=progress, say=say)
-    reports = {n: full_depth_report(c, probes) for n, c in layouts.items()}
+                         progress=progress, say=say, cached_only=cached_only)
+    reports = {n: r for n, c in layouts.items() if (r := full_depth_report(c, probes)) is not None}
     result = SearchResult(preset=preset, slice_name=slice_name, spaces=(space,), reports=reports, margin=margin)
     for _ in range(space.grow_batch):
         top = result.best()
@@ -335,128 +344,13 @@ def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, 
         name = layout_name(bigger, result.reports[top].fsdp, result.reports[top].tp)
         if name in reports:
             break
-        more = compile_all(compiles_needed(bigger), workers=min(workers, 2), progress=progress, say=say)
-        reports[name] = full_depth_report(bigger, more)
+        more = compile_all(compiles_needed(bigger), workers=min(workers, 2), progress=progress, say=say,
+                           cached_only=cached_only)
+        if (grown := full_depth_report(bigger, more)) is None:
+            break
+        reports[name] = grown
         layouts[name] = bigger
         result = dataclasses.replace(result, reports=reports)
         if name not in result.ranked:
             break
     return result
-
-
-def recommended_from(result: SearchResult) -> dict[str, Any] | None:
-    """The training layout a search recommends (the best with an unquantized base: QLoRA changes
-    the model, so it is a choice the user makes), in the training config's field names."""
-    name = result.best(base_only=True)
-    if name is None:
-        return None
-    r = result.reports[name]
-    c = r.plan_config
-    layout = {"mesh_fsdp": r.fsdp, "mesh_tp": r.tp, **{k: getattr(c, k) for k in LAYOUT_KEYS[2:]}}
-    return {**layout, "from": name, "hbm_fraction": r.total_bytes / r.hbm_bytes, "flops_per_token": r.flops_per_token,
-            "floor_step_s": r.flop_floor_s, "floor_tokens_per_s": r.tokens_per_step / r.flop_floor_s,
-            "estimated_step_s": r.estimated_step_s, "estimated_tokens_per_s": r.estimated_tokens_per_s,
-            "estimate_bound": r.estimate_bound, "usd_per_million_tokens": r.usd_per_million_tokens()}
-
-
-def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
-             overrides: dict[str, float] | None = None) -> dict[str, Any]:
-    """The slice and layout with the lowest estimated cost per 1M trained tokens that fits with margin.
-
-    Per slice, its best layout (any base) and cost; a slice whose price is unknown is listed
-    with the break-even price below which it would win. ``None`` winner: nothing priced fits.
-    """
-    from cookbook import core
-
-    rows = []
-    for res in results:
-        name = res.best()
-        if name is None:
-            rows.append({"slice": res.slice_name, "layout": None, "why": "no layout fits with margin"})
-            continue
-        r = res.reports[name]
-        rows.append({"slice": res.slice_name, "layout": name, "estimated_tokens_per_s": r.estimated_tokens_per_s,
-                     "usd_per_million_tokens": r.usd_per_million_tokens(pricing, overrides),
-                     "gib_per_chip": r.total_bytes / 2**30})
-    priced = [x for x in rows if x.get("usd_per_million_tokens") is not None]
-    winner = min(priced, key=lambda x: x["usd_per_million_tokens"]) if priced else None
-    for x in rows:
-        if x.get("layout") and x.get("usd_per_million_tokens") is None and winner:
-            x["break_even_usd_per_hour"] = winner["usd_per_million_tokens"] * x["estimated_tokens_per_s"] * 3600 / 1e6
-            x["why"] = (f"price unknown here: it would be cheapest below ${x['break_even_usd_per_hour']:.2f}/h "
-                        f"(give it: --price tpu-{x['slice']}:{pricing}=USD_PER_HOUR)")
-    return {"pricing": pricing, "winner": winner, "slices": rows,
-            "price_source": {x["slice"]: _price_source(core, x["slice"], pricing, overrides) for x in rows}}
-
-
-def _price_source(core, slice_name: str, pricing: str, overrides) -> str:
-    try:
-        p = core.get_price(core.platform_of_slice(slice_name), pricing, overrides)
-    except core.UnknownPriceError:
-        return "unknown"
-    return f"${p.usd_per_hour:.2f}/h ({p.source}, as of {p.as_of})"
-
-
-def results_dict(results: Sequence[SearchResult], *, machine: str, validation: list[dict[str, Any]] | None = None,
-                 pricing: str = "on_demand", overrides: dict[str, float] | None = None) -> dict[str, Any]:
-    """The committed form of a search over slices (``benchmarks/results/plan_search_<size>.json``).
-
-    Shaped like ``benchmarks/plan_31b.py``'s file (``results`` by name, ``recommended`` per
-    slice), so that everything reading the recommended layout reads this one; plus the
-    ranking and what was dropped per slice, the cheapest slice, and the extrapolation check.
-    """
-    import datetime
-    import os
-
-    from cookbook.fit._plan import compiler_versions
-
-    preset = {r.preset for r in results}
-    if len(preset) != 1:
-        raise ValueError(f"one preset per results file, got {sorted(preset)}")
-    out: dict[str, Any] = {
-        "preset": preset.pop(), "compiled_on": datetime.date.today().isoformat(), "machine": machine,
-        "load_average_at_write": os.getloadavg()[0], "versions": compiler_versions(),
-        "margin": results[0].margin, "basis": "compiler's estimate (cost_analysis optimal_seconds, "
-        "never below the FLOP floor); per-chip memory and FLOPs from the TPU compiler, no TPU run",
-        "results": {}, "ranked": {}, "dropped": {}, "spaces": {}, "recommended": {},
-    }
-    for res in results:
-        out["results"].update({n: r.to_dict() for n, r in res.reports.items()})
-        out["ranked"][res.slice_name] = res.ranked
-        out["dropped"][res.slice_name] = res.rejected()
-        out["spaces"][res.slice_name] = [s.to_dict() for s in res.spaces]
-        rec = recommended_from(res)
-        if rec:
-            out["recommended"][res.slice_name] = rec
-    out["cheapest"] = cheapest(results, pricing=pricing, overrides=overrides)
-    if validation is not None:
-        out["validation"] = validation
-    return out
-
-
-def load_search(data: dict[str, Any]) -> list[SearchResult]:
-    """The :class:`SearchResult` per slice of a :func:`results_dict` (as committed)."""
-    reports = {n: report_from_dict(r) for n, r in data["results"].items()}
-    out = []
-    for slice_name, spaces in data["spaces"].items():
-        mine = {n: r for n, r in reports.items() if r.plan_config.slice_name == slice_name}
-        out.append(SearchResult(preset=data["preset"], slice_name=slice_name, spaces=tuple(SearchSpace.from_dict(s) for s in spaces),
-                                reports=mine, margin=data["margin"]))
-    return out
-
-
-def merge(a: SearchResult, b: SearchResult) -> SearchResult:
-    """Two searches of one slice (two spaces) as one ranking."""
-    if (a.preset, a.slice_name) != (b.preset, b.slice_name):
-        raise ValueError("merge searches of one preset and slice")
-    return dataclasses.replace(a, spaces=a.spaces + b.spaces, reports={**a.reports, **b.reports})
-
-
-def validate_extrapolation(full: PlanReport, extrapolated: PlanReport) -> dict[str, Any]:
-    """How far the probe extrapolation lands from a full-depth compile of the same layout."""
-    out: dict[str, Any] = {"layout": layout_name(full.plan_config, full.fsdp, full.tp), "config": full.config,
-                           "fits_with_margin": {"full": full.fits_with_margin, "extrapolated": extrapolated.fits_with_margin}}
-    for k in VALIDATED:
-        f, e = getattr(full, k), getattr(extrapolated, k)
-        out[k] = {"full": f, "extrapolated": e, "relative_error": (e - f) / f if f else None}
-    return out
