@@ -153,8 +153,9 @@ def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_f
             raise ValueError(f"{plan.source} has no compiler estimate (compiled before the planner read "
                              "optimal_seconds): recompile it, or use estimate='mfu'")
         step_s = plan.compiler_step_s
-        how = (f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds, never below the "
-               f"FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%} of bf16 peak), not a measurement")
+        how = (f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds plus the splash "
+               f"kernels' FLOPs at peak, never below the FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%}"
+               " of bf16 peak), not a measurement")
     else:
         step_s = plan.tflop_per_chip_per_step / (peak * mfu)
         how = f"MFU {mfu:.0%} of {peak:.0f} TFLOP/s bf16 peak per chip (assumed)"

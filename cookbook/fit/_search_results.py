@@ -43,17 +43,24 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
             rows.append({"slice": res.slice_name, "layout": None, "why": "no layout fits with margin"})
             continue
         r = res.reports[name]
+        cost = r.usd_per_million_tokens(pricing, overrides)
+        at_floor = cost * r.flop_floor_s / r.estimated_step_s if cost is not None else None
         rows.append({"slice": res.slice_name, "layout": name, "estimated_tokens_per_s": r.estimated_tokens_per_s,
-                     "usd_per_million_tokens": r.usd_per_million_tokens(pricing, overrides),
-                     "gib_per_chip": r.total_bytes / 2**30})
+                     "usd_per_million_tokens": cost, "estimate_bound": r.estimate_bound,
+                     "usd_per_million_tokens_at_floor": at_floor, "gib_per_chip": r.total_bytes / 2**30})
     priced = [x for x in rows if x.get("usd_per_million_tokens") is not None]
     winner = min(priced, key=lambda x: x["usd_per_million_tokens"]) if priced else None
+    # Where the compiler's estimate falls below the FLOP floor (seen on v5e and v6e), the floor
+    # sets the estimate: 100% of peak there against the compiler's lower figure elsewhere. The
+    # same comparison at every slice's floor says whether the winner depends on that.
+    at_floor = min(priced, key=lambda x: x["usd_per_million_tokens_at_floor"]) if priced else None
     for x in rows:
         if x.get("layout") and x.get("usd_per_million_tokens") is None and winner:
             x["break_even_usd_per_hour"] = winner["usd_per_million_tokens"] * x["estimated_tokens_per_s"] * 3600 / 1e6
             x["why"] = (f"price unknown here: it would be cheapest below ${x['break_even_usd_per_hour']:.2f}/h "
                         f"(give it: --price tpu-{x['slice']}:{pricing}=USD_PER_HOUR)")
-    return {"pricing": pricing, "winner": winner, "slices": rows,
+    return {"pricing": pricing, "winner": winner, "winner_at_flop_floor": at_floor and at_floor["slice"],
+            "slices": rows,
             "price_source": {x["slice"]: _price_source(core, x["slice"], pricing, overrides) for x in rows}}
 
 
