@@ -40,6 +40,7 @@ pytestmark = pytest.mark.skipif(browser.CHROMIUM is None, reason=browser.SKIP_RE
 def test_report_in_a_browser(fresh_demo):
     report = fresh_demo.run_dir / "report.html"
     assert report.is_file(), f"make demo wrote no report: {fresh_demo.stderr[-2000:]}"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # not left to the JupyterLab test (another stream)
     with browser.Browser(ARTIFACTS / "chromium-report.log") as b:
         assert b.navigate(report.as_uri()) is None
         b.wait_for("[...document.images].every(i => i.complete)", what="the report's images")
