@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,24 +67,16 @@ CONFIGS: dict[str, dict] = {
 
 
 def compile_one(config: dict) -> dict:
-    """Compile one PlanConfig in a fresh process; its report dict plus wall time."""
-    code = (
-        "import json, sys\n"
-        "from cookbook.core import setup_runtime_env; setup_runtime_env()\n"
-        "from cookbook import fit\n"
-        "cfg = fit.PlanConfig.from_dict(json.loads(sys.argv[1]))\n"
-        "print('REPORT' + json.dumps(fit.plan(cfg).to_dict()))\n"
-    )
+    """Compile one PlanConfig in a fresh process (``cookbook.fit``'s own); its report dict plus wall time."""
+    from cookbook import fit
+    from cookbook.fit._search import plan_in_subprocess
+
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(config)], capture_output=True, text=True, cwd=REPO)
-    wall = time.perf_counter() - t0
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("REPORT")), None)
-    if line is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"config": config, "compiles": False, "error": " | ".join(tail), "wall_s": wall, "crashed": True}
-    report = json.loads(line[len("REPORT") :])
-    report["wall_s"] = wall
-    return report
+    report = plan_in_subprocess(fit.PlanConfig.from_dict(config))
+    out = report.to_dict() | {"wall_s": time.perf_counter() - t0}
+    if not report.compiles and (report.error or "").startswith("the compile process died"):
+        out["crashed"] = True
+    return out
 
 
 def _max_batch(runs: list[dict], margin: float) -> tuple[int, str]:

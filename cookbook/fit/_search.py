@@ -188,7 +188,7 @@ print("REPORT" + json.dumps(plan_or_reason(PlanConfig.from_dict(json.loads(sys.a
 """
 
 
-def _plan_in_child(config: PlanConfig) -> PlanReport:
+def plan_in_subprocess(config: PlanConfig) -> PlanReport:
     """``plan_or_reason(config)`` in a fresh Python process; a failed report if that process dies
     (killed for memory, say), so one bad compile costs its own row and nothing else."""
     import subprocess
@@ -254,7 +254,7 @@ def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bo
                 finished(c, plan_or_reason(c))
         else:
             with ThreadPoolExecutor(workers) as pool:  # threads that each wait on one child process
-                futures = {pool.submit(_plan_in_child, c): c for c in todo}
+                futures = {pool.submit(plan_in_subprocess, c): c for c in todo}
                 for f in as_completed(futures):
                     finished(futures[f], f.result())
     finally:

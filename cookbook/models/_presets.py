@@ -282,18 +282,8 @@ def tiny() -> ModelPreset:
     (fsdp x tp) mesh, and the 2 global KV heads cap tp at 2 exactly as 31B's 4 cap it at 4.
     """
     return ModelPreset(
-        name="tiny",
-        hf_checkpoint=None,
-        num_layers=6,
-        vocab_size=1024,
-        embed_dim=128,
-        hidden_dim=512,
-        num_heads=8,
-        head_dim=32,
-        num_kv_heads=4,
-        num_global_kv_heads=2,
-        global_head_dim=64,
-        sliding_window=64,
+        name="tiny", hf_checkpoint=None, num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=512,
+        num_heads=8, head_dim=32, num_kv_heads=4, num_global_kv_heads=2, global_head_dim=64, sliding_window=64,
         attention_pattern=SLIDING_5_GLOBAL_1,
         k_eq_v_global=True,
         max_position_embeddings=4096,

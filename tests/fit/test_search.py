@@ -230,9 +230,10 @@ def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
     # The probe extrapolation against the full-depth compiles of plan_31b.json.
     assert data["validation"]
     for v in data["validation"]:
-        assert abs(v["flops_per_chip"]["relative_error"]) < 1e-2, v["layout"]
-        # Measured: +2.3% on v5p-8 (and +2 to +10% against REFERENCE.md's hand-compiled remat
-        # layouts); an under-estimate is what would make a layout look like it fits.
+        # FLOPs are linear in depth: measured 6e-6 and 7e-6 relative (v5p-8, v6e-8); 1e-4 allows ~15x that.
+        assert abs(v["flops_per_chip"]["relative_error"]) < 1e-4, v["layout"]
+        # Memory, measured: +2.4% (v5p-8) and +4.5% (v6e-8) here, +10% and +28% against REFERENCE.md's
+        # hand-compiled remat layouts; an under-estimate is what would make a layout look like it fits.
         assert -0.05 < v["total_bytes"]["relative_error"] < 0.15, v["layout"]
         assert v["fits_with_margin"]["full"] == v["fits_with_margin"]["extrapolated"], v["layout"]
     # The 31B training recipe runs the v5p-8 recommendation.

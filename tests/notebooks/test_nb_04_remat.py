@@ -34,5 +34,5 @@ def test_notebook_04_remat_and_plans(tmp_path):
     assert r["search_31b"]["v5p-8"]["ranked"][0] == fit.load_plan_results("gemma4_31b")["recommended"]["v5p-8"]["from"]
     assert all("does not" in why for why in r["search_31b"]["v5p-8"]["dropped"].values())
     assert r["cheapest_31b"]["slice"] in fit.SINGLE_HOST_SLICES and r["cheapest_31b"]["usd_per_million_tokens"] > 0
-    assert r["extrapolation_check"] and all(abs(v["flops_per_chip"]["relative_error"]) < 1e-2
+    assert r["extrapolation_check"] and all(abs(v["flops_per_chip"]["relative_error"]) < 1e-4  # measured <= 7e-6
                                             for v in r["extrapolation_check"])
