@@ -46,9 +46,11 @@ def spaces():
                               grow_batch=0),
                   SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("dense", "splash512"), grow_batch=0),
                   SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0)],
-        # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; bf16 or nf4 base.
+        # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; bf16 or nf4
+        # base, and int8 on v6e-4 (int8 dequantizes by a multiply, Qwix's nf4 by a 16-entry table
+        # lookup; the 8-chip int8 probes were not compiled for want of time).
         "v6e-4": [SearchSpace(meshes=((1, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4"), grow_batch=0)],
+                              quantize=(None, "nf4", "int8"), grow_batch=0)],
         "v5e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
                               quantize=(None, "nf4"), grow_batch=0)],
     }

@@ -114,7 +114,10 @@ class PlanReport:
     compile_s: float = 0.0
     host_peak_rss_bytes: int = 0
     bytes_accessed: float = 0.0  # per chip per step, the compiler's cost_analysis()
-    compiler_step_s: float = 0.0  # cost_analysis()'s "optimal_seconds"; 0: not given (older reports)
+    # cost_analysis()'s "optimal_seconds"; 0: not given (older reports). libtpu's deviceless cost
+    # model sometimes answers a negative figure (every 31B layout compiled for v5e and v6e, the
+    # tiny no-remat step on v6e-8; never on v5p here): no estimate then, the floor alone.
+    compiler_step_s: float = 0.0
     # (la, lb): extrapolated to full depth from compiles at la and lb layers (cookbook.fit search)
     extrapolated_from: tuple[int, int] | None = None
 
@@ -137,16 +140,23 @@ class PlanReport:
         return self.step_flops_per_chip / self.peak_flops if self.peak_flops else 0.0
 
     @property
+    def has_compiler_estimate(self) -> bool:
+        """Whether the compiler gave a usable step time (positive ``optimal_seconds``)."""
+        return self.compiler_step_s > 0
+
+    @property
     def estimated_step_s(self) -> float:
         """The compiler's own step estimate plus the kernels' work at peak, never below the FLOP
-        floor. Still a lower bound: it assumes the kernels run at peak and does not model how
-        collectives overlap with compute."""
+        floor; the floor alone where the compiler gave none. Still a lower bound: it assumes the
+        kernels run at peak and does not model how collectives overlap with compute."""
         kernel_s = self.kernel_flops_per_chip / self.peak_flops if self.peak_flops else 0.0
-        return max(self.compiler_step_s + kernel_s if self.compiler_step_s else 0.0, self.flop_floor_s)
+        return max(self.compiler_step_s + kernel_s if self.has_compiler_estimate else 0.0, self.flop_floor_s)
 
     @property
     def estimate_bound(self) -> str:
-        """Which of the two sets :attr:`estimated_step_s`."""
+        """Which of the two sets :attr:`estimated_step_s` ("no compiler estimate": the floor alone)."""
+        if not self.has_compiler_estimate:
+            return "FLOP floor (no compiler estimate)"
         return "compiler" if self.estimated_step_s > self.flop_floor_s else "FLOP floor"
 
     @property

@@ -31,8 +31,8 @@ def report_row(r: PlanReport, name: str | None = None) -> dict[str, Any]:
             "TFLOP/chip/step": round(r.flops_per_chip / 1e12, 4),
             "GFLOP/token": round(r.flops_per_token / 1e9, 3),
             f"tokens/s @{r.mfu:.0%} MFU": round(r.predicted_tokens_per_s),
-            "compiler tokens/s": round(r.estimated_tokens_per_s) if r.compiler_step_s else "-",
-            "$/1M tokens": round(cost, 3) if (cost := r.usd_per_million_tokens()) and r.compiler_step_s else "-",
+            "compiler tokens/s": round(r.estimated_tokens_per_s) if r.has_compiler_estimate else "-",
+            "$/1M tokens": round(cost, 3) if (cost := r.usd_per_million_tokens()) and r.has_compiler_estimate else "-",
             "result": "fits" if r.fits_with_margin else ("fits, under margin" if r.fits else "does not fit"),
         }
     )

@@ -119,7 +119,7 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
     if "config" in entry and "compiles" in entry:
         report = report_from_dict(dict(entry))
         tflop += report.kernel_flops_per_chip / 1e12
-        compiler_step = report.estimated_step_s if report.compiler_step_s and report.peak_flops else None
+        compiler_step = report.estimated_step_s if report.has_compiler_estimate and report.peak_flops else None
     total = entry.get("total_bytes")
     layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
     return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,
@@ -151,7 +151,8 @@ def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_f
     if estimate == "compiler":
         if not plan.compiler_step_s:
             raise ValueError(f"{plan.source} has no compiler estimate (compiled before the planner read "
-                             "optimal_seconds): recompile it, or use estimate='mfu'")
+                             "optimal_seconds, or libtpu's deviceless cost model answered a negative one, "
+                             "as it does for 31B on v5e and v6e): use estimate='mfu'")
         step_s = plan.compiler_step_s
         how = (f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds plus the splash "
                f"kernels' FLOPs at peak, never below the FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%}"
