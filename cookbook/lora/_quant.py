@@ -39,9 +39,6 @@ QUANT_BITS = {"nf4": 4, "int8": 8, "fp8": 8}
 # Tunix's QLoRA notebook uses nf4 with tile 128; 128 divides every Gemma 4 contraction axis
 # (embed 5376 = 21 x 256, head_dim 256/512, MLP hidden 21504).
 DEFAULT_QUANT_TILE = 128
-# What the cookbook itself changes in a QLoRA step's program (:func:`lora_provider`); part of
-# the planner's cache key for quantized configs, so a compile made before a change is redone.
-QLORA_STEP = "frozen matmul with its own VJP (2026-12)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,79 +170,3 @@ def lora_rules(lora: LoraConfig, module_path: str, preset: models.ModelPreset, *
 
         rules.append(qwix.QuantizationRule(module_path=qwix_module_path(ALL_LINEAR, preset), **quant))
     return rules
-
-
-def lora_provider(rules: list, *, quantize: str | None):
-    """Qwix's ``LoraProvider`` for ``rules``; for QLoRA, one whose frozen matmuls keep no dequantized weight.
-
-    Qwix computes a matmul with a quantized weight and bf16 activations by dequantizing the
-    weight and multiplying (its "slow" path, the only one for nf4). Under autodiff that
-    dequantized weight is a residual: the backward pass needs it for the input's gradient,
-    so JAX keeps a bf16 copy of every quantized weight from the forward pass to the backward
-    one. And since it depends on the weights alone, the compiler may compute it whenever it
-    likes, long before its layer runs. Measured on 31B for v6e-4 (remat per decoder layer),
-    a QLoRA step compiled to 27.5 GiB per chip against 21.5 GiB for bf16 LoRA.
-
-    Here each frozen quantized einsum/dot gets its own VJP (``jax.custom_vjp``): the forward
-    pass keeps only the quantized weight, which is already in memory; the backward pass
-    dequantizes it again, tied to the incoming gradient by an ``optimization_barrier`` so that
-    it cannot run before that layer's backward does, and returns the input's gradient (the
-    frozen weight gets none). The values computed are Qwix's own; LoRA's matmuls are not
-    touched. Qwix has no option for this, so it is written here.
-    tests/lora/test_quant.py checks the gradients against Qwix's and that no weight-shaped
-    float residual is kept.
-    """
-    import qwix
-    from qwix._src.core import dot_general as qdot
-    from qwix._src.core import einsum as qeinsum
-
-    provider = qwix.LoraProvider(rules)
-    if quantize is None:
-        return provider
-
-    def dot_general(lhs, rhs, dimension_numbers, **kwargs):
-        return _frozen_matmul(functools.partial(qdot.dot_general, dimension_numbers=dimension_numbers, **kwargs),
-                              lhs, rhs)
-
-    def einsum(einsum_str, lhs, rhs, **kwargs):
-        return _frozen_matmul(functools.partial(qeinsum.einsum, einsum_str, _qwix_dot_general=qdot.dot_general,
-                                                **kwargs), lhs, rhs)
-
-    # PtqProvider's own hooks for these two functions (its constructor arguments, which
-    # LoraProvider does not pass on). If Qwix stops reading them, the dequantized weights are
-    # kept again and tests/lora/test_quant.py::test_the_backward_pass_keeps_no_dequantized_weight fails.
-    provider._dot_general_fn = dot_general
-    provider._einsum_fn = einsum
-    return provider
-
-
-def _frozen_matmul(fn, lhs, rhs):
-    """``fn(lhs, rhs)`` for a float ``lhs`` and a quantized, frozen ``rhs`` (a Qwix ``QArray``),
-    differentiable in ``lhs`` only, recomputing ``rhs``'s dequantization in the backward pass."""
-    import jax
-    import numpy as np
-    from qwix._src.core import qarray
-
-    if isinstance(lhs, qarray.QArray) or not isinstance(rhs, qarray.QArray):
-        return fn(lhs, rhs)
-    lhs_type = jax.ShapeDtypeStruct(lhs.shape, lhs.dtype)
-
-    def zero(a):  # the frozen weight's cotangent: integers take float0
-        if jax.numpy.issubdtype(a.dtype, jax.numpy.inexact):
-            return jax.numpy.zeros(a.shape, a.dtype)
-        return np.zeros(a.shape, jax.dtypes.float0)
-
-    @jax.custom_vjp
-    def matmul(x, w):
-        return fn(x, w)
-
-    def forward(x, w):
-        return fn(x, w), w
-
-    def backward(w, g):
-        g, w = jax.lax.optimization_barrier((g, w))  # dequantize only once this gradient exists
-        (dx,) = jax.linear_transpose(lambda x: fn(x, w), lhs_type)(g)
-        return dx, jax.tree.map(zero, w)
-
-    matmul.defvjp(forward, backward)
-    return matmul(lhs, rhs)
