@@ -51,9 +51,9 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
     priced = [x for x in rows if x.get("usd_per_million_tokens") is not None]
     winner = min(priced, key=lambda x: x["usd_per_million_tokens"]) if priced else None
     # Where the compiler gives no estimate (libtpu's deviceless cost model answers a negative
-    # optimal_seconds for every 31B layout on v5e and v6e), the floor alone sets the figure: 100% of peak there
-    # against the compiler's lower figure on v5p. The same comparison at every slice's floor
-    # says whether the winner depends on that.
+    # optimal_seconds for every 31B layout on v5e and v6e), the floor alone sets the figure:
+    # 100% of peak there against the compiler's lower figure on v5p. The same comparison at
+    # every slice's floor says whether the winner depends on that.
     at_floor = min(priced, key=lambda x: x["usd_per_million_tokens_at_floor"]) if priced else None
     for x in rows:
         if x.get("layout") and x.get("usd_per_million_tokens") is None and winner:

@@ -107,4 +107,3 @@ def test_lora_on_an_nf4_base_has_gradients_and_moves_off_the_base(qlora_tiny):
     grads = jax.jit(jax.grad(loss))(lora_state)
     norms = [float(jnp.linalg.norm(g)) for g in jax.tree.leaves(grads)]
     assert norms and all(np.isfinite(norms)) and max(norms) > 0
-
