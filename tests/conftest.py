@@ -18,6 +18,11 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Built artefacts (the tiny base checkpoint, ...) are deterministic; reuse them across runs.
 os.environ.setdefault("COOKBOOK_CACHE", str(REPO / ".cache" / "cookbook"))
+# What every entry point sets (the CPU backend, JAX's persistent compilation cache under the
+# cache root, shared by the suite's processes: a tiny train step compiled once is loaded after).
+from cookbook import core  # noqa: E402
+
+core.setup_runtime_env()
 sys.path.insert(0, str(Path(__file__).parent))
 
 

@@ -50,10 +50,13 @@ from cookbook.core._numerics import (  # noqa: F401
     summation_bound,
 )
 from cookbook.core._runtime import (  # noqa: F401
+    COMPILE_CACHE_MAX_BYTES,
     DEFAULT_CACHE,
     REPO_ROOT,
     RESULTS_DIR,
     cache_root,
+    compile_cache_dir,
+    compile_cache_off,
     on_tpu_host,
     setup_runtime_env,
     to_jsonable,

@@ -6,8 +6,11 @@ checking ``/dev/accel0`` or reading ``COOKBOOK_CACHE`` on its own.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +41,53 @@ def on_tpu_host() -> bool:
     return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
 
 
+def compile_cache_dir() -> Path:
+    """JAX's persistent compilation cache: ``<cache root>/jax-compile`` unless
+    ``$JAX_COMPILATION_CACHE_DIR`` names another (an empty value turns it off)."""
+    return Path(os.environ.get("JAX_COMPILATION_CACHE_DIR", cache_root() / "jax-compile"))
+
+
+# The compilation cache's cap (JAX evicts the least recently used entries beyond it); a tiny
+# train step is ~0.6 MB, a 31B one on a TPU slice some hundreds of MB.
+COMPILE_CACHE_MAX_BYTES = 8 * 2**30
+
+
 def setup_runtime_env() -> None:
     """Defaults every entry point needs before JAX or vLLM is imported.
 
     On a host without TPU chips, libtpu being installed (for deviceless compilation)
-    must not make JAX or vLLM pick the TPU backend.
+    must not make JAX or vLLM pick the TPU backend. And JAX's persistent compilation cache
+    is on, under the cache root: a rerun of a notebook, `cookbook train` or a resume loads
+    the compiled step instead of compiling it again (a 4-step tiny run here: 77 s against
+    98 s; on a TPU a 31B step's compile takes minutes). Set ``JAX_COMPILATION_CACHE_DIR``
+    to move it, or to an empty value to turn it off; a choice already made is kept.
     """
     if not on_tpu_host():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(compile_cache_dir()))
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
+    if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly
+        import jax
+
+        if jax.config.jax_compilation_cache_dir is None:
+            jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+            jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+
+
+@contextlib.contextmanager
+def compile_cache_off() -> Iterator[None]:
+    """JAX's persistent compilation cache off inside the block: where a compile's own time is
+    what is measured, and for deviceless TPU compiles (the planner caches what it measured;
+    the executables, hundreds of MB for 31B, would only fill the cache)."""
+    import jax
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
 
 
 def to_jsonable(value: Any) -> Any:

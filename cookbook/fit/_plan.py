@@ -252,7 +252,8 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     lowered, lora_count = lower_train_step(config, mesh, preset)
     constraints = count_sharding_constraints(lowered)
     try:
-        compiled = lowered.compile()
+        with core.compile_cache_off():
+            compiled = lowered.compile()
     except Exception as e:  # the TPU compiler's verdict on this configuration
         return PlanReport(**base, compiles=False, error=compiler_reason(e), lora_params=int(lora_count),
                           activation_constraints=constraints, compile_s=time.perf_counter() - t0)

@@ -51,6 +51,52 @@ def test_setup_runtime_env_defaults_to_cpu_without_tpu_chips():
         "JAX_PLATFORMS": "tpu", "VLLM_TARGET_DEVICE": "tpu"}
 
 
+# A child that compiles one small function under the cookbook's defaults and says what JAX did
+# with it: the cache directory JAX was given, and the persistent-cache hits it counted.
+_COMPILE_ONCE = """
+import json, sys
+import jax
+from cookbook import core
+hits = []
+jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name))
+core.setup_runtime_env()  # after JAX was imported, as in a notebook that imported it first
+f = jax.jit(lambda x: (x @ x.T).sum())
+if sys.argv[1] == "off":
+    with core.compile_cache_off():
+        f(jax.numpy.ones((64, 64))).block_until_ready()
+else:
+    f(jax.numpy.ones((64, 64))).block_until_ready()
+print(json.dumps({"dir": jax.config.jax_compilation_cache_dir,
+                  "hits": hits.count("/jax/compilation_cache/cache_hits")}))
+"""
+
+
+def _compile_once(tmp_path, mode="on", **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    # Cache even a millisecond compile (the default keeps only those over 1 s).
+    clean.update(env, PYTHONPATH=str(REPO), COOKBOOK_CACHE=str(tmp_path / "c"),
+                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE_ONCE, mode], env=clean, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_compiled_functions_persist_across_processes_under_the_cache_root(tmp_path):
+    where = tmp_path / "c" / "jax-compile"
+    assert _compile_once(tmp_path) == {"dir": str(where), "hits": 0}  # compiled, and written
+    assert any(p.name.startswith("jit_") for p in where.iterdir())
+    assert _compile_once(tmp_path)["hits"] >= 1  # a second process loads what it would compile
+    # Where the compile itself is measured (or is a deviceless TPU compile): neither read nor written.
+    written = sorted(where.iterdir())
+    assert _compile_once(tmp_path, "off")["hits"] == 0 and sorted(where.iterdir()) == written
+    # The user's choice is kept: another directory, or none at all (an empty value).
+    assert _compile_once(tmp_path, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"))["dir"] == str(tmp_path / "mine")
+    assert any((tmp_path / "mine").iterdir())
+    assert _compile_once(tmp_path / "off", JAX_COMPILATION_CACHE_DIR="")["dir"] == ""
+    assert not (tmp_path / "off" / "c").exists()
+
+
 class _Result:
     def __init__(self, **values):
         self.values = values

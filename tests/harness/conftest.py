@@ -19,6 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # Set by scripts/run_tests.sh or tests/conftest.py for the test session, not by a user.
 SESSION_ONLY = ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_TARGET_DEVICE", "COOKBOOK_CACHE", "COOKBOOK_RUN_DIR",
+                "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE",  # the suite's compiled steps
                 "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
 
 
@@ -36,7 +37,8 @@ class DemoRun:
 def fresh_demo(tmp_path_factory) -> DemoRun:
     """``make demo`` as a new user runs it: every notebook with its committed defaults, in a clean
     environment (none of the test session's settings, such as 8 fake devices or the shared
-    artefact cache, leak in, so nothing trained by the other tests is reused)."""
+    artefact and compilation caches, leak in, so nothing trained or compiled by the other tests
+    is reused)."""
     reuse = os.environ.get("COOKBOOK_TEST_DEMO_RUN")  # iterating on the browser tests: an earlier run
     if reuse:
         return DemoRun(run_dir=Path(reuse).resolve(), returncode=0, stdout="", stderr="", wall_s=0.0, reused=True)
