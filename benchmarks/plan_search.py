@@ -39,20 +39,23 @@ def spaces():
                   SearchSpace(meshes=((4, 1),), remats=("none",), attentions=("dense", "splash512"), grow_batch=0)],
         # The serving slice (32 GiB chips): without remat only splash fits at all, above the margin
         # (the full-depth compile in plan_31b.json); per-decoder remat with dense or splash 512
-        # attention, and QLoRA (nf4). An 8-chip probe compiles in 7-9 min here (a 4-chip one in
-        # 1-5), which is what kept this slice's search small; Tunix's "block" remat took over 7
-        # CPU-minutes for one 6-layer probe.
-        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), quantize=("nf4",),
-                              grow_batch=0),
+        # attention on 2 x 4, splash 512 on the other two meshes (4 x 2, 8 x 1)
+        # and at twice the batch, and QLoRA (nf4, int8). An 8-chip probe compiles in 5-9 min here
+        # (a 4-chip one in 1-5), which is what keeps this slice's search to 8 layouts; Tunix's
+        # "block" remat took over 7 CPU-minutes for one 6-layer probe.
+        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
+                              quantize=("nf4", "int8"), grow_batch=0),
                   SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("dense", "splash512"), grow_batch=0),
+                  SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), batch_per_fsdp=(2,),
+                              grow_batch=0),
+                  SearchSpace(meshes=((4, 2), (8, 1)), remats=("decoder",), attentions=("splash512",), grow_batch=0),
                   SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0)],
-        # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; bf16 or nf4
-        # base, and int8 on v6e-4 (int8 dequantizes by a multiply, Qwix's nf4 by a 16-entry table
-        # lookup; the 8-chip int8 probes were not compiled for want of time).
+        # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; a bf16,
+        # nf4 or int8 base (int8 dequantizes by a multiply, Qwix's nf4 by a 16-entry table lookup).
         "v6e-4": [SearchSpace(meshes=((1, 4),), remats=("decoder",), attentions=("splash512",),
                               quantize=(None, "nf4", "int8"), grow_batch=0)],
         "v5e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4"), grow_batch=0)],
+                              quantize=(None, "nf4", "int8"), grow_batch=0)],
     }
 
 

@@ -194,8 +194,12 @@ def compiler_versions() -> dict[str, str | None]:
 
 def plan_cache_path(config: PlanConfig) -> Path:
     """``<cache root>/plans/<key>.json``; the key covers the config, preset and compiler."""
-    key = json.dumps({"config": config.to_dict(), "preset": repr(preset_for(config)),
-                      "versions": compiler_versions()}, sort_keys=True)
+    from cookbook import lora as lora_lib
+
+    parts = {"config": config.to_dict(), "preset": repr(preset_for(config)), "versions": compiler_versions()}
+    if config.quantize:  # the cookbook's own part of a QLoRA program (bf16 keys stay as they were)
+        parts["qlora_step"] = lora_lib.QLORA_STEP
+    key = json.dumps(parts, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return core.cache_root() / "plans" / f"{config.model_preset}-{config.slice_name}-{digest}.json"
 

@@ -46,10 +46,12 @@ from cookbook.lora._peft import (  # noqa: F401
 )
 from cookbook.lora._quant import (  # noqa: F401
     DEFAULT_QUANT_TILE,
+    QLORA_STEP,
     QUANT_BITS,
     QUANT_TYPES,
     QuantizedWeight,
     check_quant_tile,
+    lora_provider,
     quantized_bytes,
     quantized_weights,
     qwix_qtype,

@@ -21,7 +21,7 @@ from typing import Any
 
 from cookbook import core, models
 from cookbook.lora._config import LoraApplicationError, LoraConfig
-from cookbook.lora._quant import DEFAULT_QUANT_TILE, check_quant_tile, lora_rules
+from cookbook.lora._quant import DEFAULT_QUANT_TILE, check_quant_tile, lora_provider, lora_rules
 from cookbook.lora._targets import (
     Projection,
     coverage_rows_for_paths,
@@ -200,7 +200,7 @@ def apply_lora(
         core.qwix_finds_quantized_weights_when_tracing()
     previous = [cfg.remat_config for cfg in models.tunix_configs(model)]
     models.set_remat(model, "none")
-    provider = qwix.LoraProvider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile))
+    provider = lora_provider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile), quantize=quantize)
     try:
         with mesh if mesh is not None else contextlib.nullcontext():
             if jax.process_count() == 1 and quantize is None:
@@ -282,7 +282,8 @@ def without_lora_dropout(
 
     p = models.get_preset(preset)
     module_path = qwix_module_path(lora.targets, p, allow_partial=allow_partial)
-    provider = qwix.LoraProvider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile, dropout=0.0))
+    provider = lora_provider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile, dropout=0.0),
+                             quantize=quantize)
     view = qwix.apply_lora_to_model(lora_model, provider, rngs=nnx.Rngs(0), skip_nnx_init=True)
     got = count_lora_params(view)
     if got != count_lora_params(lora_model) or got == 0:
