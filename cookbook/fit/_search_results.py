@@ -84,6 +84,7 @@ def results_dict(results: Sequence[SearchResult], *, machine: str, validation: l
     import datetime
     import os
 
+    from cookbook import lora as lora_lib
     from cookbook.fit._plan import compiler_versions
 
     preset = {r.preset for r in results}
@@ -92,6 +93,8 @@ def results_dict(results: Sequence[SearchResult], *, machine: str, validation: l
     out: dict[str, Any] = {
         "preset": preset.pop(), "compiled_on": datetime.date.today().isoformat(), "machine": machine,
         "load_average_at_write": os.getloadavg()[0], "versions": compiler_versions(),
+        # What the cookbook changes in a QLoRA step's program (its quantized rows are stale without it).
+        "qlora_step": lora_lib.QLORA_STEP,
         "margin": results[0].margin, "basis": "compiler's estimate (cost_analysis optimal_seconds, "
         "never below the FLOP floor); per-chip memory and FLOPs from the TPU compiler, no TPU run",
         "results": {}, "ranked": {}, "dropped": {}, "spaces": {}, "recommended": {},
