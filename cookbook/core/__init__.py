@@ -12,6 +12,7 @@ from cookbook.core._compat import (  # noqa: E402, F401
     fast_abstract_tracing,
     last_buffered_train_loss,
     qwix_finds_quantized_weights_when_tracing,
+    qwix_tie_dequantization,
     scalar_listeners,
     tunix_activation_sharding,
     tunix_einsum_accepts_quantized,

@@ -181,6 +181,38 @@ def qwix_finds_quantized_weights_when_tracing() -> bool:
     return True
 
 
+def qwix_tie_dequantization(provider) -> Any:
+    """``provider`` (a ``qwix.LoraProvider``) with each quantized matmul's weight tied to its
+    activation: ``jax.lax.optimization_barrier((x, w))`` before Qwix's own ``dot_general`` /
+    ``einsum`` whenever ``w`` is a ``QArray`` (``cookbook.lora.lora_provider`` says why).
+
+    Qwix 0.1.8's ``PtqProvider`` calls ``self._dot_general_fn`` / ``self._einsum_fn`` (set from
+    constructor arguments ``LoraProvider`` does not pass on), and its QArray and core functions
+    live under ``qwix._src.core``. ``tests/lora/test_quant.py`` fails if Qwix stops calling them.
+    """
+    import jax
+    from qwix._src.core import dot_general as qdot
+    from qwix._src.core import einsum as qeinsum
+    from qwix._src.core import qarray
+
+    def tie(x, w):
+        if isinstance(w, qarray.QArray) and not isinstance(x, qarray.QArray):
+            x, w = jax.lax.optimization_barrier((x, w))
+        return x, w
+
+    def dot_general(lhs, rhs, dimension_numbers, **kwargs):
+        lhs, rhs = tie(lhs, rhs)
+        return qdot.dot_general(lhs, rhs, dimension_numbers, **kwargs)
+
+    def einsum(einsum_str, lhs, rhs, **kwargs):
+        lhs, rhs = tie(lhs, rhs)
+        return qeinsum.einsum(einsum_str, lhs, rhs, _qwix_dot_general=qdot.dot_general, **kwargs)
+
+    provider._dot_general_fn = dot_general
+    provider._einsum_fn = einsum
+    return provider
+
+
 TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
 
 
@@ -188,6 +220,9 @@ def check() -> dict[str, bool]:
     """Whether each private name this module uses is where it expects (for the compat test)."""
     from jax._src import monitoring
     from jax._src.interpreters import partial_eval as pe
+    from qwix._src.core import dot_general as qdot
+    from qwix._src.core import einsum as qeinsum
+    from qwix._src.core import qarray
     from qwix._src.providers import ptq
     from qwix._src.utils import flax_util
     from tunix.models.gemma4 import model as gemma4_model
@@ -207,6 +242,10 @@ def check() -> dict[str, bool]:
             hasattr(ptq.WithAux, "replace") and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
         "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str":
             all(n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")),
+        "qwix._src.core dot_general, einsum, QArray; PtqProvider._dot_general_fn / _einsum_fn":
+            callable(getattr(qdot, "dot_general", None)) and callable(getattr(qeinsum, "einsum", None))
+            and isinstance(getattr(qarray, "QArray", None), type)
+            and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
         "PeftTrainer buffers _prev_buffered_train_metrics":
             "_prev_buffered_train_metrics" in open(peft_trainer.__file__).read(),
     }

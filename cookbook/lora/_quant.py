@@ -27,7 +27,7 @@ import functools
 import math
 import re
 
-from cookbook import models
+from cookbook import core, models
 from cookbook.lora._config import LoraConfig
 from cookbook.lora._names import ALL_LINEAR
 
@@ -190,31 +190,7 @@ def lora_provider(rules: list, *, quantize: str | None):
     computed are Qwix's own (tests/lora/test_quant.py); the tiny nf4 recipe still reaches 99%
     held-out exact match. Qwix has no option for this.
     """
-    import jax
     import qwix
-    from qwix._src.core import dot_general as qdot
-    from qwix._src.core import einsum as qeinsum
-    from qwix._src.core import qarray
 
     provider = qwix.LoraProvider(rules)
-    if quantize is None:
-        return provider
-
-    def tie(x, w):
-        if isinstance(w, qarray.QArray) and not isinstance(x, qarray.QArray):
-            x, w = jax.lax.optimization_barrier((x, w))
-        return x, w
-
-    def dot_general(lhs, rhs, dimension_numbers, **kwargs):
-        lhs, rhs = tie(lhs, rhs)
-        return qdot.dot_general(lhs, rhs, dimension_numbers, **kwargs)
-
-    def einsum(einsum_str, lhs, rhs, **kwargs):
-        lhs, rhs = tie(lhs, rhs)
-        return qeinsum.einsum(einsum_str, lhs, rhs, _qwix_dot_general=qdot.dot_general, **kwargs)
-
-    # PtqProvider's hooks for these two functions (constructor arguments LoraProvider does not
-    # pass on); tests/lora/test_quant.py fails if Qwix stops calling them.
-    provider._dot_general_fn = dot_general
-    provider._einsum_fn = einsum
-    return provider
+    return provider if quantize is None else core.qwix_tie_dequantization(provider)
