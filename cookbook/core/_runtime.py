@@ -41,10 +41,13 @@ def on_tpu_host() -> bool:
     return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
 
 
-def compile_cache_dir() -> Path:
+def compile_cache_dir() -> Path | None:
     """JAX's persistent compilation cache: ``<cache root>/jax-compile`` unless
-    ``$JAX_COMPILATION_CACHE_DIR`` names another (an empty value turns it off)."""
-    return Path(os.environ.get("JAX_COMPILATION_CACHE_DIR", cache_root() / "jax-compile"))
+    ``$JAX_COMPILATION_CACHE_DIR`` names another; None when that is empty (the cache is off)."""
+    chosen = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if chosen is None:
+        return cache_root() / "jax-compile"
+    return Path(chosen) if chosen else None
 
 
 # The compilation cache's cap (JAX evicts the least recently used entries beyond it); a tiny
@@ -65,7 +68,7 @@ def setup_runtime_env() -> None:
     if not on_tpu_host():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(compile_cache_dir()))
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_root() / "jax-compile"))
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
     if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly
         import jax

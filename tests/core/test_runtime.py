@@ -97,6 +97,16 @@ def test_compiled_functions_persist_across_processes_under_the_cache_root(tmp_pa
     assert not (tmp_path / "off" / "c").exists()
 
 
+def test_compile_cache_dir_names_where_it_is(monkeypatch, tmp_path):
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path / "c"))
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert core.compile_cache_dir() == tmp_path / "c" / "jax-compile"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
+    assert core.compile_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")
+    assert core.compile_cache_dir() is None
+
+
 class _Result:
     def __init__(self, **values):
         self.values = values
