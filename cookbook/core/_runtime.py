@@ -84,13 +84,18 @@ def compile_cache_off() -> Iterator[None]:
     what is measured, and for deviceless TPU compiles (the planner caches what it measured;
     the executables, hundreds of MB for 31B, would only fill the cache)."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
+    # JAX decides once per process, at its first compile, whether the cache is used, and keeps
+    # that answer: the flag alone would not stop a process that compiled anything before.
     was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     try:
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", was)
+        compilation_cache.reset_cache()
 
 
 def to_jsonable(value: Any) -> Any:
