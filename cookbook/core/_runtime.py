@@ -68,7 +68,8 @@ def setup_runtime_env() -> None:
     if not on_tpu_host():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_root() / "jax-compile"))
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache_dir())
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
     if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly
         import jax
