@@ -44,7 +44,10 @@ if [[ "${1:-}" == --tpu-host ]]; then  # that pass alone
   exit
 fi
 if [[ $# -gt 0 ]]; then  # a chosen subset: one pytest run, as asked
-  exec "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 "$@"
+  # Paths given (tests/fit, tests/x.py::test_y): those alone; only options (-k, -m): all of tests/.
+  where=(tests)
+  for arg in "$@"; do [[ -e "${arg%%::*}" ]] && where=() && break; done
+  exec "$VENV/bin/pytest" "${where[@]}" -p no:cacheprovider --durations=25 "$@"
 fi
 
 # The whole suite, in two streams. Run as one stream, the suite kept about one of the two cores
