@@ -35,6 +35,22 @@ def tiny_base() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_e2b_base() -> Path:
+    """The E2B-shaped random twin's base (per-layer inputs, KV-shared layers)."""
+    from cookbook import models
+
+    return models.ensure_base("tiny_e2b")
+
+
+@pytest.fixture(scope="session")
+def tiny_26b_a4b_base() -> Path:
+    """The 26B-A4B-shaped random twin's base (experts beside the dense MLP)."""
+    from cookbook import models
+
+    return models.ensure_base("tiny_26b_a4b")
+
+
+@pytest.fixture(scope="session")
 def mesh_4x2():
     """A 4 (fsdp) x 2 (tp) mesh over the 8 fake CPU devices."""
     from cookbook import mesh

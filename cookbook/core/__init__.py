@@ -16,7 +16,10 @@ from cookbook.core._compat import (  # noqa: E402, F401
     scalar_listeners,
     tunix_activation_sharding,
     tunix_einsum_accepts_quantized,
+    tunix_gemma4_key_mapping,
+    tunix_gemma4_preprocess,
     tunix_loss_fn,
+    tunix_moe_routes_on_residual,
 )
 from cookbook.core._hardware import (  # noqa: F401
     CHIPS,

@@ -11,6 +11,8 @@ Checked against jax/jaxlib 0.10.2, flax 0.12.8, google-tunix 0.1.7, qwix 0.1.8.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -213,6 +215,99 @@ def qwix_tie_dequantization(provider) -> Any:
     return provider
 
 
+def tunix_gemma4_key_mapping(config) -> dict[str, Any]:
+    """Tunix's Gemma 4 safetensors name map (HF key regex -> (Tunix path, transform)).
+
+    ``tunix.models.gemma4.params_safetensors._get_key_and_transform_mapping`` (Tunix 0.1.7): the
+    mapping ``create_model_from_safe_tensors`` uses, which ``cookbook.models.load_tunix_model``
+    extends to the text-only layout.
+    """
+    from tunix.models.gemma4 import params_safetensors
+
+    return params_safetensors._get_key_and_transform_mapping(config)
+
+
+def tunix_gemma4_preprocess(config) -> Callable[[dict], dict]:
+    """Tunix's Gemma 4 safetensors preprocessing (stacks ``k_proj``/``v_proj`` into ``kv_einsum``).
+
+    ``tunix.models.gemma4.params_safetensors._make_preprocess_fn`` (Tunix 0.1.7).
+    """
+    from tunix.models.gemma4 import params_safetensors
+
+    return params_safetensors._make_preprocess_fn(config)
+
+
+# The lines of Tunix 0.1.7's DecoderLayer.block that tunix_moe_routes_on_residual relies on.
+_TUNIX_MOE_CALL = ("moe_norm_ffw = self.moe_pre_ffw_norm(attn)", "moe_out = self.moe(moe_norm_ffw)")
+
+
+def tunix_moe_routes_on_residual(model) -> int:
+    """Make a Tunix Gemma 4 model's MoE layers route on the residual stream; idempotent.
+
+    Tunix 0.1.7's ``MoERagged.__call__(x)`` computes the router logits from the expert input
+    ``x = moe_pre_ffw_norm(residual)`` (RMS-normalised once more, times ``router_scale``), while
+    transformers (``Gemma4TextDecoderLayer.forward``: ``self.router(residual)``), vLLM and
+    DeepMind's reference route on the residual itself: the learned ``moe_pre_ffw_norm`` scale
+    then changes which experts Tunix picks, and a random 26B-A4B twin's logits differ from
+    transformers' by ~4 (of ~5). Dense layers, the experts' input and everything else agree.
+
+    Each MoE layer's ``moe_pre_ffw_norm`` becomes a :class:`_NormPassingResidual` (same
+    parameter, same output, plus the residual it normalised) and its ``moe`` a
+    :class:`_ResidualRoutedMoE`, which computes the router input from that residual and then
+    calls Tunix's own ``_router`` (softmax, top-k, renormalisation) and
+    ``_run_ffw_and_routing`` (ragged dispatch, experts, per-expert scale, combination). The
+    parameter tree is unchanged, so loading, sharding and checkpoints are unaffected. It relies
+    on ``DecoderLayer.block`` passing ``self.moe_pre_ffw_norm(attn)`` straight to ``self.moe``
+    (:data:`_TUNIX_MOE_CALL`; ``check()`` looks for those lines). Returns how many layers it
+    changed.
+    """
+    norm_cls, moe_cls = _residual_routed_classes()
+    changed = 0
+    for layer in model.layers:
+        moe = getattr(layer, "moe", None)
+        if moe is None or isinstance(moe, moe_cls):
+            continue
+        layer.moe_pre_ffw_norm.__class__ = norm_cls
+        moe.__class__ = moe_cls
+        changed += 1
+    return changed
+
+
+@functools.cache
+def _residual_routed_classes() -> tuple[type, type]:
+    """The two Tunix subclasses of :func:`tunix_moe_routes_on_residual` (built on first use)."""
+    import jax
+    import jax.numpy as jnp
+    from tunix.models.gemma4 import model as gemma4_model
+    from tunix.models.gemma4 import moe as gemma4_moe
+
+    class _NormPassingResidual(gemma4_model.RMSNorm):
+        """Tunix's RMSNorm, returning ``(normed, x)``: the MoE input and the residual it came from."""
+
+        def __call__(self, x):
+            return super().__call__(x), x
+
+    class _ResidualRoutedMoE(gemma4_moe.MoERagged):
+        """Tunix's ``MoERagged`` with the router reading the residual stream (transformers' rule)."""
+
+        def __call__(self, inputs):
+            if not isinstance(inputs, tuple):
+                raise TypeError("the residual-routed MoE expects (normed input, residual) from its layer's "
+                                "moe_pre_ffw_norm: Tunix's DecoderLayer.block no longer passes it straight "
+                                "through; see cookbook.core.tunix_moe_routes_on_residual")
+            x, residual = inputs
+            # transformers' Gemma4TextRouter: RMS-normalise (no learned scale), x scale / sqrt(D).
+            var = jnp.mean(jnp.square(residual.astype(jnp.float32)), axis=-1, keepdims=True)
+            router_input = residual * jax.lax.rsqrt(var + 1e-06).astype(residual.dtype)
+            root_size = jax.lax.rsqrt(jnp.array(self.features, dtype=router_input.dtype))
+            router_input = router_input * root_size * self.router_scale.value.astype(router_input.dtype)
+            logits = jnp.einsum("gsd,de->gse", router_input, self.router_logits.value.astype(router_input.dtype))
+            weights, choices = self._router(logits)
+            return self._run_ffw_and_routing(x, choices, weights)
+
+    return _NormPassingResidual, _ResidualRoutedMoE
+
+
 TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
 
 
@@ -226,9 +321,12 @@ def check() -> dict[str, bool]:
     from qwix._src.providers import ptq
     from qwix._src.utils import flax_util
     from tunix.models.gemma4 import model as gemma4_model
+    from tunix.models.gemma4 import moe as gemma4_moe
+    from tunix.models.gemma4 import params_safetensors
     from tunix.sft import peft_trainer
     from tunix.utils import sharding_utils
 
+    block_src = inspect.getsource(gemma4_model.DecoderLayer.block)
     return {
         "qwix._src.utils.flax_util.find_param and get_current_module":
             callable(getattr(flax_util, "find_param", None)) and callable(getattr(flax_util, "get_current_module", None)),
@@ -248,4 +346,14 @@ def check() -> dict[str, bool]:
             and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
         "PeftTrainer buffers _prev_buffered_train_metrics":
             "_prev_buffered_train_metrics" in open(peft_trainer.__file__).read(),
+        "tunix gemma4 params_safetensors._get_key_and_transform_mapping and _make_preprocess_fn":
+            callable(getattr(params_safetensors, "_get_key_and_transform_mapping", None))
+            and callable(getattr(params_safetensors, "_make_preprocess_fn", None)),
+        "tunix gemma4 MoERagged._router, _run_ffw_and_routing, router_scale, router_logits, features":
+            all(callable(getattr(gemma4_moe.MoERagged, n, None)) for n in ("_router", "_run_ffw_and_routing"))
+            and all(f"self.{n}" in open(gemma4_moe.__file__).read()
+                    for n in ("router_scale", "router_logits", "features")),
+        "tunix gemma4 DecoderLayer.block passes moe_pre_ffw_norm(attn) straight to moe, once":
+            all(block_src.count(line) == 1 for line in _TUNIX_MOE_CALL)
+            and block_src.count("moe_pre_ffw_norm") == 1 and block_src.count("self.moe(") == 1,
     }

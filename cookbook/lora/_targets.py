@@ -32,11 +32,13 @@ class Projection:
 
 
 def _check_supported(preset: models.ModelPreset) -> None:
-    if preset.is_moe or preset.per_layer_input_dim or preset.num_kv_shared_layers:
+    extra = [what for what, has in (("MoE experts", preset.is_moe), ("per-layer inputs", preset.per_layer_input_dim),
+                                    ("KV-shared layers", preset.num_kv_shared_layers)) if has]
+    if extra:
         raise ValueError(
             f"cookbook.lora supports dense Gemma 4 decoders (tiny, small, gemma4_31b); preset "
-            f"{preset.name!r} has MoE experts or per-layer inputs / shared KV layers, whose "
-            "extra projections are not mapped yet."
+            f"{preset.name!r} has {' and '.join(extra)}, whose LoRA targets are not mapped yet. Its base "
+            "loads into Tunix (cookbook.models.load_tunix_model); fine-tune a dense preset meanwhile."
         )
 
 

@@ -1,5 +1,6 @@
 """Stage 00: Gemma 4 presets, the tokenizer, base checkpoints, the Tunix loader and parity checks."""
 
+from cookbook.models._architecture import ModelPreset  # noqa: F401
 from cookbook.models._base import (  # noqa: F401
     BaseDownloadError,
     default_base_dir,
@@ -20,26 +21,30 @@ from cookbook.models._knobs import (  # noqa: F401
 from cookbook.models._loader import (  # noqa: F401
     abstract_model,
     check_checkpoint_matches,
+    check_kv_sharing_matches,
     expected_hf_shapes,
     load_tunix_model,
     read_checkpoint_index,
     text_prefix,
+    unused_kv_params,
 )
 from cookbook.models._parity import (  # noqa: F401
     generate,
     logit_parity,
     make_sampler,
+    random_text_tokens,
     transformers_logits,
     tunix_logits,
 )
 from cookbook.models._presets import (  # noqa: F401
     PRESETS,
-    ModelPreset,
     describe,
     gemma4_31b,
     get_preset,
     small,
     tiny,
+    tiny_26b_a4b,
+    tiny_e2b,
 )
 from cookbook.models._tokenizer import (  # noqa: F401
     SPECIAL_TOKEN_IDS,

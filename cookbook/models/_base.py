@@ -178,18 +178,24 @@ def build_random_base(
 
 
 def _perturb_ones(model, seed: int) -> None:
-    """Randomise norm scales and layer scalars around their initial value.
+    """Randomise norm scales, layer scalars and MoE router scales around their initial value.
 
     transformers initialises them to constants; a loader that mapped two norms onto each
-    other would then still agree with transformers. Small noise makes parity tests see it.
+    other (or dropped the router's input scale or per-expert scale) would then still agree
+    with transformers. Small noise makes parity tests see it. The router scales exist on MoE
+    presets only, so the dense presets' bases are unchanged.
     """
     import torch
 
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            if tensor.ndim <= 1 and tensor.is_floating_point() and ("norm" in name or "layer_scalar" in name):
+            if tensor.ndim <= 1 and tensor.is_floating_point() and _perturbed(name):
                 tensor.add_(0.1 * torch.randn(tensor.shape, generator=gen, dtype=tensor.dtype))
+
+
+def _perturbed(name: str) -> bool:
+    return "norm" in name or "layer_scalar" in name or name.endswith(("router.scale", "router.per_expert_scale"))
 
 
 class BaseDownloadError(RuntimeError):

@@ -6,6 +6,12 @@ module adds what it lacks: it accepts the text-only ``Gemma4ForCausalLM`` layout
 (``model.layers.*``) besides the released multimodal one, checks before loading that the
 checkpoint matches the preset (so a mismatch is an error naming the tensor, not a shape
 assertion deep inside JAX), and returns a model whose every weight is checked loaded.
+
+Two Gemma 4 variants need more than the mapping. E2B/E4B: transformers saves no K/V
+projections on the KV-shared layers, where Tunix has unused ones; they are filled with zeros
+(:func:`unused_kv_params`), after checking that both frameworks share KV between the same
+layers. 26B-A4B: Tunix's MoE routes on another input than transformers; the model is built
+with the router reading the residual stream (:func:`cookbook.core.tunix_moe_routes_on_residual`).
 """
 
 from __future__ import annotations
@@ -71,23 +77,53 @@ def text_prefix(keys) -> str:
 
 
 def expected_hf_shapes(preset: models.ModelPreset, prefix: str = "model.language_model.") -> dict[str, tuple[int, ...]]:
-    """The text decoder's tensor shapes as transformers names them, from the preset alone."""
+    """The text decoder's tensor shapes as transformers names them, from the preset alone.
+
+    Follows the preset's structure: no ``v_proj`` on K = V global layers; no ``k_proj``,
+    ``v_proj`` or ``k_norm`` on KV-shared layers (E2B/E4B: transformers neither builds nor saves
+    them) and a 2x wide MLP there with ``double_wide_mlp``; per-layer input tensors; the MoE
+    router, experts and their norms beside the dense MLP (26B-A4B).
+    """
     p = preset
-    d = p.embed_dim
+    d, pl = p.embed_dim, p.per_layer_input_dim
     shapes = {f"{prefix}embed_tokens.weight": (p.vocab_size, d), f"{prefix}norm.weight": (d,)}
+    if pl:
+        shapes[f"{prefix}embed_tokens_per_layer.weight"] = (p.vocab_size, p.num_layers * pl)
+        shapes[f"{prefix}per_layer_model_projection.weight"] = (p.num_layers * pl, d)
+        shapes[f"{prefix}per_layer_projection_norm.weight"] = (pl,)
     for i, kind in enumerate(p.layer_kinds):
         hd = p.global_head_dim if kind == "global" else p.head_dim
         kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
         layer = f"{prefix}layers.{i}."
         shapes[layer + "self_attn.q_proj.weight"] = (p.num_heads * hd, d)
-        shapes[layer + "self_attn.k_proj.weight"] = (kv * hd, d)
-        if not (kind == "global" and p.k_eq_v_global):
-            shapes[layer + "self_attn.v_proj.weight"] = (kv * hd, d)
+        shapes[layer + "self_attn.q_norm.weight"] = (hd,)
+        if i < p.first_kv_shared_layer:
+            shapes[layer + "self_attn.k_proj.weight"] = (kv * hd, d)
+            shapes[layer + "self_attn.k_norm.weight"] = (hd,)
+            if not (kind == "global" and p.k_eq_v_global):
+                shapes[layer + "self_attn.v_proj.weight"] = (kv * hd, d)
         shapes[layer + "self_attn.o_proj.weight"] = (d, p.num_heads * hd)
-        if not p.is_moe and not p.per_layer_input_dim and not p.num_kv_shared_layers:
-            shapes[layer + "mlp.gate_proj.weight"] = (p.hidden_dim, d)
-            shapes[layer + "mlp.up_proj.weight"] = (p.hidden_dim, d)
-            shapes[layer + "mlp.down_proj.weight"] = (d, p.hidden_dim)
+        width = p.hidden_dim * (2 if p.double_wide_mlp and i >= p.first_kv_shared_layer else 1)
+        shapes[layer + "mlp.gate_proj.weight"] = (width, d)
+        shapes[layer + "mlp.up_proj.weight"] = (width, d)
+        shapes[layer + "mlp.down_proj.weight"] = (d, width)
+        norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm"]
+        if p.is_moe:
+            assert p.num_experts and p.expert_dim
+            e, f = p.num_experts, p.expert_dim
+            norms += ["post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"]
+            shapes[layer + "router.proj.weight"] = (e, d)
+            shapes[layer + "router.scale"] = (d,)
+            shapes[layer + "router.per_expert_scale"] = (e,)
+            shapes[layer + "experts.gate_up_proj"] = (e, 2 * f, d)
+            shapes[layer + "experts.down_proj"] = (e, d, f)
+        if pl:
+            norms.append("post_per_layer_input_norm")
+            shapes[layer + "per_layer_input_gate.weight"] = (pl, d)
+            shapes[layer + "per_layer_projection.weight"] = (d, pl)
+        shapes.update({f"{layer}{n}.weight": (d,) for n in norms})
+        shapes[layer + "layer_scalar"] = (1,)
     return shapes
 
 
@@ -139,12 +175,13 @@ def load_tunix_model(
     """
     import jax.numpy as jnp
     from tunix.models import safetensors_loader
-    from tunix.models.gemma4 import model as gemma4
-    from tunix.models.gemma4 import params_safetensors
+
+    from cookbook import core
 
     p = models.get_preset(preset)
     if dtype is not None:
         p = p.with_overrides(dtype=dtype)
+    check_kv_sharing_matches(p)
     check_checkpoint_matches(ckpt_dir, p)
     config = p.tunix_config(remat=remat)
 
@@ -153,29 +190,111 @@ def load_tunix_model(
         # layout's "model.layers...".
         return {
             k.replace(r"(?:model\.language_model\.)?", r"(?:model\.language_model\.|model\.)?"): v
-            for k, v in params_safetensors._get_key_and_transform_mapping(cfg).items()
+            for k, v in core.tunix_gemma4_key_mapping(cfg).items()
         }
 
     model = safetensors_loader.load_and_create_model(
         file_dir=str(ckpt_dir),
-        model_class=gemma4.Gemma4,
+        model_class=_build_gemma4,
         config=config,
         key_mapping=key_mapping,
         mesh=mesh,
-        preprocess_fn=params_safetensors._make_preprocess_fn(config),
+        preprocess_fn=_fill_unused_kv(p, core.tunix_gemma4_preprocess(config)),
         dtype=jnp.dtype(p.dtype),
     )
     return model
 
 
+def _build_gemma4(config, *, rngs):
+    """Tunix's Gemma 4, with MoE layers routing on the residual stream as transformers does.
+
+    Tunix 0.1.7 routes on the expert input instead (:func:`cookbook.core.tunix_moe_routes_on_residual`
+    says why and how); dense presets are built exactly as Tunix builds them.
+    """
+    from tunix.models.gemma4 import model as gemma4
+
+    from cookbook import core
+
+    model = gemma4.Gemma4(config, rngs=rngs)
+    if config.enable_moe:
+        core.tunix_moe_routes_on_residual(model)
+    return model
+
+
+def check_kv_sharing_matches(preset: models.ModelPreset) -> None:
+    """Refuse a preset whose KV-shared layers Tunix would feed from other layers than transformers.
+
+    transformers gives a KV-shared layer the K/V of the last non-shared layer of its own kind
+    (:attr:`ModelPreset.kv_source_layers`); Tunix 0.1.7 (``create_kv_cache_sharing_patterns``)
+    takes the last non-shared layer for global layers and the one before it for sliding ones.
+    They agree when the last non-shared layer is global and the one before it sliding, as in
+    E2B and E4B; otherwise the two frameworks would compute different models.
+    """
+    if not preset.num_kv_shared_layers:
+        return
+    from tunix.models.gemma4 import model as gemma4
+
+    cfg = preset.tunix_config()
+    kinds = [cfg.attention_pattern[i % len(cfg.attention_pattern)] for i in range(cfg.num_layers)]
+    tunix = tuple(gemma4.create_kv_cache_sharing_patterns(
+        num_layers=cfg.num_layers, frac_shared_layers=cfg.frac_shared_layers, share_global=True,
+        share_local=True, attention_types=tuple(kinds)))
+    if tunix != preset.kv_source_layers:
+        raise ValueError(
+            f"preset {preset.name!r}: Tunix would give its KV-shared layers the keys and values of layers "
+            f"{list(tunix[preset.first_kv_shared_layer:])}, transformers those of "
+            f"{list(preset.kv_source_layers[preset.first_kv_shared_layer:])}. Choose num_kv_shared_layers so "
+            "that the last non-shared layer is global and the one before it sliding (as E2B and E4B do).")
+
+
+def unused_kv_params(preset: models.ModelPreset) -> dict[str, tuple[int, ...]]:
+    """Tunix parameters (state-dict names) that exist on KV-shared layers but are never used.
+
+    Tunix 0.1.7 builds every layer's ``kv_einsum`` (``k_einsum`` on K = V global layers) and
+    ``_key_norm``, but a KV-shared layer attends over its source layer's keys and values and never
+    calls its own. transformers neither builds nor saves them.
+    """
+    p = preset
+    out = {}
+    for i in range(p.first_kv_shared_layer, p.num_layers):
+        kind = p.layer_kinds[i]
+        hd = p.global_head_dim if kind == "global" else p.head_dim
+        kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
+        if kind == "global" and p.k_eq_v_global:
+            out[f"layers.{i}.attn.k_einsum.w"] = (kv, p.embed_dim, hd)
+        else:
+            out[f"layers.{i}.attn.kv_einsum.w"] = (2, kv, p.embed_dim, hd)
+        out[f"layers.{i}.attn._key_norm.scale"] = (hd,)
+    return out
+
+
+def _fill_unused_kv(preset: models.ModelPreset, preprocess):
+    """Tunix's preprocessing, then zeros for the KV-shared layers' unused K/V parameters.
+
+    Tunix's loader wants a value for every parameter of its model (a missing one ends in a
+    pytree structure error). These are never read (:func:`unused_kv_params`); zeros rather
+    than a copy of the source layer's weights, so that any use of them would show at once.
+    """
+    import numpy as np
+
+    unused = unused_kv_params(preset)
+
+    def fill(tensors: dict) -> dict:
+        out = preprocess(tensors)
+        for name, shape in unused.items():
+            out.setdefault(name, np.zeros(shape, np.float32))  # cast to the model's dtype by Tunix
+        return out
+
+    return fill
+
+
 def abstract_model(preset: str | models.ModelPreset, *, param_dtype: str | None = None):
     """The Tunix model of ``preset`` with ``jax.ShapeDtypeStruct`` leaves: no memory, instant."""
     from flax import nnx
-    from tunix.models.gemma4 import model as gemma4
+
+    from cookbook import core
 
     p = models.get_preset(preset)
     cfg = p.tunix_config(param_dtype=param_dtype)
-    from cookbook import core
-
     with core.fast_abstract_tracing():
-        return nnx.eval_shape(lambda: gemma4.Gemma4(cfg, rngs=nnx.Rngs(0)))
+        return nnx.eval_shape(lambda: _build_gemma4(cfg, rngs=nnx.Rngs(0)))

@@ -50,7 +50,10 @@ def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "
 
     config = json.loads((Path(ckpt_dir) / "config.json").read_text())
     cls = Gemma4ForConditionalGeneration if "text_config" in config else AutoModelForCausalLM
-    model = cls.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype)).eval()
+    # MoE layers: transformers' default experts kernel (torch grouped_mm) has no float64; its
+    # eager loop computes the same function in any dtype.
+    kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
+    model = cls.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype), **kwargs).eval()
     with torch.no_grad():
         return model(input_ids=torch.as_tensor(tokens)).logits.numpy()
 

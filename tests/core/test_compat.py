@@ -185,3 +185,77 @@ def test_qwix_still_loses_mlp_adapters_when_tracing_and_the_wrapper_keeps_them(m
     assert mlp_adapters(_tiny_qlora(("gate_proj", "q_proj"), abstract=True)) == concrete
     monkeypatch.setattr(flax_util, "find_param", flax_util.find_param.__wrapped__)
     assert mlp_adapters(_tiny_qlora(("gate_proj", "q_proj"), abstract=True)) == 0
+
+
+def _moe_reference(layer, residual, dtype):
+    """transformers' Gemma 4 MoE branch (``Gemma4TextDecoderLayer.forward``), in numpy: the router
+    reads the residual, the experts its ``pre_feedforward_layernorm_2`` output."""
+    import numpy as np
+
+    def arr(v):
+        return np.asarray(v.value, dtype)
+
+    moe = layer.moe
+    r = np.asarray(residual, dtype)[0]  # (T, D)
+    d = r.shape[-1]
+    rms = np.sqrt(np.mean(r**2, -1, keepdims=True) + 1e-6)
+    x = r / rms * arr(layer.moe_pre_ffw_norm.scale)
+    logits = (r / rms * arr(moe.router_scale) / np.sqrt(d)) @ arr(moe.router_logits)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    gating, linear, per_expert = arr(moe.gating_einsum), arr(moe.linear), arr(moe.per_expert_scale)
+    out = np.zeros_like(r)
+    for t in range(r.shape[0]):
+        top = np.argsort(-probs[t])[: moe.num_experts_per_datapoint]
+        weights = probs[t, top] / probs[t, top].sum() * per_expert[top]
+        for e, w in zip(top, weights, strict=True):
+            gate, up = gating[e, 0] @ x[t], gating[e, 1] @ x[t]
+            act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate**3)))  # gelu, tanh form
+            out[t] += w * ((act * up) @ linear[e])
+    return out[None]
+
+
+def test_tunix_moe_routes_on_the_residual_like_transformers():
+    """The fixed MoE equals transformers' rule (router on the residual); Tunix's own does not.
+
+    A random 26B-A4B-shaped layer whose ``moe_pre_ffw_norm`` scale is far from uniform, so that
+    normalising the expert input once more (Tunix 0.1.7) picks other experts than normalising
+    the residual (transformers). The bound is 4x the reference's own float32 error (float32 vs
+    float64 numpy), as for every parity check (cookbook.core).
+    """
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from tunix.models.gemma4 import model as gemma4
+    from tunix.models.gemma4 import moe as gemma4_moe
+
+    from cookbook import models
+
+    p = models.get_preset("tiny_26b_a4b")
+    model = gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0))
+    layer = model.layers[0]
+    rng = np.random.default_rng(0)
+    d, e = p.embed_dim, p.num_experts
+    layer.moe_pre_ffw_norm.scale.value = jnp.asarray(np.exp(rng.normal(size=d)), jnp.float32)
+    layer.moe.router_logits.value = jnp.asarray(rng.normal(size=(d, e)), jnp.float32)
+    layer.moe.router_scale.value = jnp.asarray(1 + 0.1 * rng.normal(size=d), jnp.float32)
+    layer.moe.per_expert_scale.value = jnp.asarray(1 + 0.1 * rng.normal(size=e), jnp.float32)
+    layer.moe.gating_einsum.value = jnp.asarray(0.1 * rng.normal(size=layer.moe.gating_einsum.value.shape), jnp.float32)
+    layer.moe.linear.value = jnp.asarray(0.1 * rng.normal(size=layer.moe.linear.value.shape), jnp.float32)
+    residual = jnp.asarray(3 * rng.normal(size=(1, 64, d)), jnp.float32)
+
+    def moe_branch():
+        return np.asarray(layer.moe(layer.moe_pre_ffw_norm(residual)))
+
+    tunix_own = moe_branch()
+    assert core.tunix_moe_routes_on_residual(model) == p.num_layers  # every layer of the twin has experts
+    assert core.tunix_moe_routes_on_residual(model) == 0  # idempotent
+    fixed = moe_branch()
+    ref32, ref64 = _moe_reference(layer, residual, np.float32), _moe_reference(layer, residual, np.float64)
+    floor = core.float32_floor(ref32, ref64)
+    assert core.compare(fixed, ref64, floor)["ok"], core.compare(fixed, ref64, floor)
+    core.check_separated(core.compare(tunix_own, ref64, floor), "Tunix 0.1.7's own MoE routing")
+    # The parameter tree is Tunix's own: what the loader fills and checkpoints hold is unchanged.
+    assert type(layer.moe).__mro__[1] is gemma4_moe.MoERagged
+    assert [str(k) for k, _ in nnx.state(layer.moe).flat_state()] == [
+        str(k) for k, _ in nnx.state(gemma4_moe.MoERagged(p.tunix_config(), rngs=nnx.Rngs(0))).flat_state()]

@@ -115,3 +115,59 @@ def test_31b_is_31b_and_tiny_keeps_its_structure():
 def test_unknown_preset_error_lists_choices():
     with pytest.raises(ValueError, match="gemma4_31b"):
         models.get_preset("gemma4-31b")
+
+
+@pytest.mark.jax_only
+def test_twins_keep_their_real_models_structure():
+    """The random twins carry the structure of the releases they stand in for, at CPU size."""
+    e2b, twin = models.get_preset("gemma4_e2b"), models.tiny_e2b()
+    assert twin.attention_pattern == e2b.attention_pattern == ("sliding",) * 4 + ("global",)
+    assert not twin.k_eq_v_global and not e2b.k_eq_v_global
+    assert twin.num_kv_heads == e2b.num_kv_heads == 1 and twin.global_head_dim == 2 * twin.head_dim
+    assert twin.per_layer_input_dim and twin.double_wide_mlp and e2b.double_wide_mlp
+    assert 0 < twin.num_kv_shared_layers < twin.num_layers
+    # The last non-shared layer is global and the one before it sliding (E2B, E4B and the twin).
+    for p in (twin, e2b, models.get_preset("gemma4_e4b")):
+        kinds = p.layer_kinds
+        assert kinds[p.first_kv_shared_layer - 1] == "global" and kinds[p.first_kv_shared_layer - 2] == "sliding"
+    moe, twin = models.get_preset("gemma4_26b_a4b"), models.tiny_26b_a4b()
+    assert twin.is_moe and twin.attention_pattern == moe.attention_pattern
+    assert twin.k_eq_v_global and moe.k_eq_v_global
+    assert twin.num_experts_per_tok < twin.num_experts and twin.expert_dim < twin.hidden_dim < twin.embed_dim
+    assert twin.effective_global_kv_heads < twin.num_kv_heads
+    for p in (models.tiny_e2b(), twin):
+        assert p.hf_checkpoint is None and p.dtype == "float32" and p.num_params() < 5e6  # tiny_e2b: 4.4M
+        for dim in (p.embed_dim, p.hidden_dim, p.vocab_size):
+            assert dim % 4 == 0  # widths divide a 4 x 2 (fsdp x tp) mesh
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if models.get_preset(n).num_kv_shared_layers])
+def test_kv_source_layers_follow_transformers(name):
+    """Which layer's K/V each KV-shared layer reads: the preset's rule is transformers' own."""
+    import torch
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    p = models.get_preset(name)
+    config = p.hf_text_config()
+    with torch.device("meta"):
+        attn = [Gemma4TextAttention(config, i) for i in range(p.num_layers)]
+    # transformers: a non-shared layer stores its K/V for its kind (store_full_length_kv); a
+    # shared one reads the stored K/V of its kind.
+    stores = {a.layer_type: i for i, a in enumerate(attn) if a.store_full_length_kv}
+    hf = tuple(stores[a.layer_type] if a.is_kv_shared_layer else i for i, a in enumerate(attn))
+    assert hf == p.kv_source_layers
+    assert [a.is_kv_shared_layer for a in attn] == [i >= p.first_kv_shared_layer for i in range(p.num_layers)]
+
+
+@pytest.mark.jax_only
+def test_tunix_shares_kv_between_the_same_layers_or_is_refused():
+    """Tunix's KV-sharing pattern equals transformers' on E2B, E4B and the twin; a layout where
+    they differ (the last non-shared layer sliding) is refused before anything is loaded."""
+    for name in ("tiny_e2b", "gemma4_e2b", "gemma4_e4b"):
+        models.check_kv_sharing_matches(models.get_preset(name))
+    bad = models.tiny_e2b().with_overrides(num_kv_shared_layers=4)  # layers 6-9; layer 5 is sliding
+    assert bad.kv_source_layers[6:] == (5, 5, 5, 4)
+    with pytest.raises(ValueError, match=r"Tunix would give its KV-shared layers .* \[4, 4, 4, 5\]"):
+        models.check_kv_sharing_matches(bad)
+    with pytest.raises(ValueError, match="Tunix would give"):
+        models.load_tunix_model("/nonexistent", bad)  # refused before the checkpoint is read
