@@ -126,8 +126,11 @@ def test_tunix_activation_sharding_swaps_and_restores_tunix_shard(mesh_4x2):
     assert (gemma4_model.shard, sharding_utils.shard) == saved
 
 
-def _tiny_qlora(targets, *, abstract: bool):
-    """A tiny model with every decoder projection quantized to nf4 and LoRA on ``targets``."""
+def _tiny_qlora(targets, *, abstract: bool, jitted: bool = False):
+    """A tiny model with every decoder projection quantized to nf4 and LoRA on ``targets``.
+
+    ``jitted``: Qwix's initialising call under ``nnx.jit`` (the cookbook's own path for a quantized
+    base), not op by op: on a cold compilation cache the eager nf4 build took ~3 minutes here."""
     import qwix
     from flax import nnx
     from tunix.models.gemma4 import model as gemma4
@@ -141,6 +144,10 @@ def _tiny_qlora(targets, *, abstract: bool):
 
     def build():
         base = gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0))
+        if jitted:
+            from cookbook.lora._apply import _apply_lora_jitted
+
+            return _apply_lora_jitted(base, provider, 0, None)
         return qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(0), **lora.dummy_inputs())
 
     if abstract:
@@ -158,7 +165,7 @@ def test_tunix_einsum_still_rejects_a_quantized_weight_and_the_patch_runs_it(mon
     from cookbook import models
 
     core.tunix_einsum_accepts_quantized()
-    model = _tiny_qlora(("q_proj",), abstract=False)
+    model = _tiny_qlora(("q_proj",), abstract=False, jitted=True)
     assert isinstance(model.layers[0].attn.q_einsum.w, ptq.WithAux)
     tokens = np.arange(1, 9, dtype=np.int32)[None]
     logits = models.tunix_logits(model, tokens)
