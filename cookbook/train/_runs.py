@@ -176,13 +176,18 @@ def cache_key(config: TrainConfig) -> str:
 
     The config (with the base path left out), the base checkpoint's content
     (:func:`cookbook.models.fingerprint`: the same bytes at another path reuse the run), the
-    recipe version, and :func:`result_determinants`.
+    recipe version, :func:`result_determinants`, and for a QLoRA recipe the quantized step
+    (:data:`cookbook.lora.QLORA_STEP`: a run trained before the step changed is not reused; bf16
+    runs keep their keys).
     """
 
     cfg = config.to_dict()
     cfg.pop("base_dir")
-    blob = json.dumps({"v": RECIPE_VERSION, "config": cfg, "base": models.fingerprint(resolve_base_dir(config)),
-                       "runtime": result_determinants()}, sort_keys=True)
+    parts = {"v": RECIPE_VERSION, "config": cfg, "base": models.fingerprint(resolve_base_dir(config)),
+             "runtime": result_determinants()}
+    if config.quantize:
+        parts["qlora_step"] = lora_lib.QLORA_STEP
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -76,6 +76,16 @@ def test_config_round_trip_and_cache_key(tiny_base):
         shutil.rmtree(copy)
     # The device count decides float32 rounding (and so the weights): it keys the cache.
     assert train.result_determinants()["devices"] == 8
+    # A QLoRA run is keyed by the quantized step too (a run of an older step is not reused); bf16 is not.
+    from cookbook import lora
+
+    q = c.replace(quantize="nf4", quant_tile=32)
+    q_key = train.cache_key(q)
+    assert q_key != key
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lora, "QLORA_STEP", lora.QLORA_STEP + " (changed)")
+        assert train.cache_key(q) != q_key
+        assert train.cache_key(c) == key
 
 
 @pytest.mark.jax_only
