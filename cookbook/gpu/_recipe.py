@@ -136,13 +136,17 @@ def peft_target_regex(lora: lora_lib.LoraConfig, preset: str | models.ModelPrese
     # Validates coverage, and that k_proj / v_proj are targeted together (one Tunix weight).
     module_path = lora_lib.qwix_module_path(lora.targets, p)
     names = lora_lib.hf_target_modules(module_path, p)
-    whole = [n for n in names if "." not in n]
-    per_layer = [n for n in names if "." in n]
+    whole = [n for n in names if not n.startswith("layers.")]
+    per_layer = [n for n in names if n.startswith("layers.")]
     alts = []
     for parent in dict.fromkeys(lora_lib.HF_PARENT.values()):  # self_attn, mlp
-        under = [n for n in whole if lora_lib.HF_PARENT[n] == parent]
+        under = [n for n in whole if lora_lib.HF_PARENT.get(n) == parent]
         if under:
             alts.append(rf"layers\.\d+\.{parent}\.(?:" + "|".join(under) + ")")
+    # E2B/E4B per-layer-input projections, the 26B-A4B router: under the layer, or the model.
+    for n in (n for n in whole if n not in lora_lib.HF_PARENT):
+        path = re.escape(lora_lib.hf_module_path(n))
+        alts.append(path if n in lora_lib.MODEL_LEVEL else rf"layers\.\d+\.{path}")
     alts.extend(re.escape(n) for n in per_layer)
     return r"model\.(?:language_model\.)?(?:" + "|".join(alts) + ")"
 

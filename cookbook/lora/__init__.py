@@ -27,11 +27,16 @@ from cookbook.lora._config import (  # noqa: F401
     parse_targets,
 )
 from cookbook.lora._names import (  # noqa: F401
+    ALL_HF_PROJECTIONS,
     ALL_LINEAR,
+    HF_MODULE,
     HF_PARENT,
     HF_PROJECTIONS,
+    LORA_MODULES,
     LORA_TENSOR,
+    MODEL_LEVEL,
     TUNIX_TO_HF,
+    TUNIX_TO_HF_ALL,
     TUNIX_TO_HF_MODULES,
     hf_module_path,
 )

@@ -5,8 +5,10 @@ creates none, silently: REFERENCE trap 1), and the number of LoRA parameters is 
 every time. Qwix applies LoRA; what is hand-written here is only the checks.
 
 Parameter counts differ from PEFT's in one place, by design of Tunix's weights: Tunix
-stores K and V of a sliding layer in one ``kv_einsum`` weight, so Qwix gives K and V one
-shared LoRA ``A`` (``embed x rank``) where PEFT has two. :func:`expected_lora_params` is the
+stores K and V of a (non-K = V) layer in one ``kv_einsum`` weight, so Qwix gives K and V one
+shared LoRA ``A`` (``embed x rank``) where PEFT has two. Everywhere else, the whole family
+included (E2B/E4B per-layer inputs, no K/V on KV-shared layers; 26B-A4B's router, never its
+experts), the two frameworks adapt the same weights with the same number of parameters. :func:`expected_lora_params` is the
 Qwix count, :func:`peft_lora_params` the PEFT count; they differ by exactly
 ``embed_dim * rank`` per adapted ``kv_einsum`` (:func:`kv_shared_a_params`).
 """
@@ -203,7 +205,7 @@ def apply_lora(
     provider = lora_provider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile), quantize=quantize)
     try:
         with mesh if mesh is not None else contextlib.nullcontext():
-            if jax.process_count() == 1 and quantize is None:
+            if jax.process_count() == 1 and quantize is None and not p.is_moe:
                 lora_model = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **dummy_inputs(mesh))
             else:
                 lora_model = _apply_lora_jitted(model, provider, seed, mesh)
@@ -234,12 +236,15 @@ def apply_lora(
 
 def _apply_lora_jitted(model, provider, seed: int, mesh):
     """Qwix's initialising call under ``nnx.jit``: for a model sharded over several processes,
-    and for a quantized base.
+    for a quantized base, and for a MoE model.
 
     Eagerly, Tunix's attention unpacks K and V from one array, which JAX allows only for
     arrays this process holds whole; traced, it is an ordinary slice. Eagerly, Qwix also
     quantizes op by op: an nf4 tiny model took 20 s to build that way against 3.7 s jitted,
-    with the same logits. The adapters Qwix
+    with the same logits. Eagerly, a MoE layer's ``jax.lax.ragged_dot`` (the experts) runs through
+    a jitted decomposition whose ``dot_general`` Qwix intercepts when the router's module is
+    targeted, and Qwix then tries to create an expert adapter inside that inner trace
+    (``TraceContextError``); traced, ``ragged_dot`` is one primitive Qwix never sees. The adapters Qwix
     creates inside the call come out of the jit with the same values as the eager call's
     (the same RNG keys, checked in the tests).
     """
@@ -370,9 +375,11 @@ def peft_trainable_params(preset: str | models.ModelPreset, lora: LoraConfig) ->
 
 @functools.lru_cache(maxsize=8)
 def tunix_weight_paths(preset: str | models.ModelPreset) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(path, weight shape) of every Einsum/Linear under ``layers/`` of the abstract model.
+    """(path, weight shape) of every Einsum/Linear under ``layers/`` and ``embedder/`` of the
+    abstract model, and of each MoE router (``layers/<i>/moe``: its ``router_logits``).
 
-    Used to check :func:`projections` (computed from the preset) against Tunix itself.
+    Used to check :func:`projections` (computed from the preset) against Tunix itself. KV-shared
+    layers' K/V modules are listed: Tunix has them (unused), the projections do not.
     """
     from flax import nnx
 
@@ -380,9 +387,9 @@ def tunix_weight_paths(preset: str | models.ModelPreset) -> tuple[tuple[str, tup
     out = []
     for path, module in model.iter_modules():
         spath = "/".join(map(str, path))
-        if not spath.startswith("layers/"):
+        if not spath.startswith(("layers/", "embedder/")):
             continue
-        for attr in ("w", "kernel"):
+        for attr in ("w", "kernel", "router_logits"):
             var = getattr(module, attr, None)
             if isinstance(var, nnx.Param):
                 out.append((spath, tuple(var.value.shape)))
@@ -396,5 +403,5 @@ def coverage_of_model(model, preset: str | models.ModelPreset) -> list[dict[str,
     looks at what Qwix created, so it shows exactly what training would update.
     """
     p = models.get_preset(preset)
-    adapted = {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in lora_param_shapes(model)}
+    adapted = {re.sub(r"/\w+_lora_[ab]$", "", k) for k in lora_param_shapes(model)}
     return coverage_rows_for_paths(p, adapted)

@@ -15,6 +15,17 @@ transformers computes V from ``k_proj``, so a ``k_proj`` LoRA changes V too; vLL
 V's slot with the K weight but takes V's LoRA only from a ``v_proj`` entry. The adapter
 therefore also carries ``v_proj`` keys that copy ``k_proj``'s LoRA on those layers
 (``vllm_kv_copy=True``); PEFT ignores them (the layer has no ``v_proj`` module).
+
+The rest of the family: E2B/E4B per-layer-input projections (``per_layer_input_gate``,
+``per_layer_projection``: A ``(in, r)``, B ``(r, out)`` like the MLP; the model-level
+``embedder.per_layer_model_projection``: B ``(r, layers, per_layer_dim)``, transformers'
+output index ``layer * per_layer_dim + p``) and the 26B-A4B router (``moe.router_logits``,
+A ``(D, r)``, B ``(r, experts)``). ``per_layer_model_projection`` is the one weight whose
+PEFT B is not a plain transpose: Tunix scales the *weight* by ``embed_dim ** -0.5``
+(Qwix's update is not scaled) while transformers scales the Linear's *output*, PEFT's
+update included, so the PEFT ``lora_B`` is the Tunix B times ``embed_dim ** 0.5`` (computed
+in float64; the round trip is exact up to one rounding of that tensor). KV-shared layers
+carry no K/V LoRA (there is no such weight to adapt): a pair there is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +40,12 @@ from typing import Any
 import numpy as np
 
 from cookbook import models
-from cookbook.lora._names import LORA_TENSOR, TUNIX_TO_HF_MODULES
+from cookbook.lora._names import (
+    LORA_TENSOR,
+    OUTPUT_SCALED_BY_EMBED_RSQRT,
+    TUNIX_LORA_ATTR,
+    TUNIX_TO_HF_MODULES,
+)
 
 # Key prefixes of the text decoder in the two layouts (PEFT adds "base_model.model.").
 LAYOUT_PREFIX = {"text": "model.", "multimodal": "model.language_model."}
@@ -39,8 +55,8 @@ LAYOUT_PREFIX = {"text": "model.", "multimodal": "model.language_model."}
 class LoraPair:
     """One Tunix LoRA pair and the Hugging Face weight(s) it updates."""
 
-    layer: int
-    module: str  # Tunix name under the layer, e.g. "attn.kv_einsum"
+    layer: int | None  # None: a model-level weight (``embedder.per_layer_model_projection``)
+    module: str  # Tunix name under the layer, e.g. "attn.kv_einsum" (model level: its full path)
     a: Any  # Tunix layout: a numpy array, or Orbax metadata (shape, dtype) before reading
     b: Any
 
@@ -48,12 +64,17 @@ class LoraPair:
     def rank(self) -> int:
         return int(self.b.shape[0])
 
+    @property
+    def where(self) -> str:
+        """``layers.3.attn.q_einsum`` (``embedder.per_layer_model_projection`` at the model level)."""
+        return self.module if self.layer is None else f"layers.{self.layer}.{self.module}"
+
     def peft_factors(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """Yield ``(hf_module, lora_A (r, in), lora_B (out, r))`` per Hugging Face module."""
         r = self.rank
         if self.a.shape[-1] != r:
             raise ValueError(
-                f"layers.{self.layer}.{self.module}: lora_a {self.a.shape} and lora_b "
+                f"{self.where}: lora_a {self.a.shape} and lora_b "
                 f"{self.b.shape} disagree on the rank; the checkpoint is inconsistent"
             )
         lora_a = self.a.reshape(-1, r).T
@@ -62,8 +83,16 @@ class LoraPair:
                 raise ValueError(f"layers.{self.layer}.attn.kv_einsum: lora_b {self.b.shape} is not (r, 2, K, H)")
             for i, hf in enumerate(TUNIX_TO_HF_MODULES[self.module]):
                 yield hf, lora_a, self.b[:, i].reshape(r, -1).T
+        elif self.module in OUTPUT_SCALED_BY_EMBED_RSQRT:  # see the module docstring
+            b = self.b.reshape(r, -1).T
+            yield TUNIX_TO_HF_MODULES[self.module][0], lora_a, _scaled(b, np.sqrt(self.a.shape[0]))
         else:
             yield TUNIX_TO_HF_MODULES[self.module][0], lora_a, self.b.reshape(r, -1).T
+
+
+def _scaled(x: np.ndarray, factor: float) -> np.ndarray:
+    """``x * factor`` computed in float64, in ``x``'s dtype."""
+    return (np.asarray(x, np.float64) * factor).astype(x.dtype)
 
 
 def _flatten(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -95,18 +124,20 @@ def lora_pairs(lora_state: Any) -> list[LoraPair]:
         if m is None:
             if "lora" in path:
                 raise ValueError(
-                    f"LoRA tensor {path!r} has no Hugging Face mapping here (only attention "
-                    f"q/k/v/o and the dense MLP are mapped: {sorted(TUNIX_TO_HF_MODULES)})"
+                    f"LoRA tensor {path!r} has no Hugging Face mapping here (mapped: "
+                    f"{sorted(TUNIX_TO_HF_MODULES)}; never the MoE experts)"
                 )
             continue
         # Orbax metadata leaves (shape and dtype only) are kept as they are.
         leaf = leaf if hasattr(leaf, "shape") and not hasattr(leaf, "__array__") else np.asarray(leaf)
-        found.setdefault((int(m.group(1)), m.group(2)), {})[m.group(3)] = leaf
+        key = (-1, m["root"]) if m["root"] else (int(m["layer"]), m["module"])
+        found.setdefault(key, {})[m["ab"]] = leaf
     pairs = []
     for (layer, module), ab in sorted(found.items()):
+        where = module if layer < 0 else f"layers.{layer}.{module}"
         if set(ab) != {"a", "b"}:
-            raise ValueError(f"layers.{layer}.{module}: only lora_{''.join(ab)} found; a LoRA needs both a and b")
-        pairs.append(LoraPair(layer=layer, module=module, a=ab["a"], b=ab["b"]))
+            raise ValueError(f"{where}: only lora_{''.join(ab)} found; a LoRA needs both a and b")
+        pairs.append(LoraPair(layer=None if layer < 0 else layer, module=module, a=ab["a"], b=ab["b"]))
     if not pairs:
         raise ValueError("No LoRA tensors found: is this a LoRA-only checkpoint (save_only_lora_params=True)?")
     return pairs
@@ -122,20 +153,31 @@ def _rank_of(lora_config: Any) -> int | None:
 
 def check_pairs_fit_preset(pairs: list[LoraPair], preset: models.ModelPreset, rank: int | None = None) -> None:
     """Raise naming the first pair whose layer, module or shape does not fit ``preset``."""
+    from cookbook.lora._targets import projections
+
     p = preset
     kinds = p.layer_kinds
+    weights = {(pr.layer, pr.tunix_path.split("/", 2)[-1] if pr.layer is not None else pr.tunix_path): pr
+               for pr in projections(p)}
     for pair in pairs:
-        where = f"LoRA layers.{pair.layer}.{pair.module}"
-        if pair.layer >= p.num_layers:
+        where = f"LoRA {pair.where}"
+        if pair.layer is not None and pair.layer >= p.num_layers:
             raise ValueError(f"{where}: preset {p.name!r} has only {p.num_layers} layers; wrong preset?")
         if rank is not None and pair.rank != rank:
             raise ValueError(f"{where} has rank {pair.rank}, the recipe says rank {rank}; wrong checkpoint?")
-        is_global = kinds[pair.layer] == "global"
+        is_global = pair.layer is not None and kinds[pair.layer] == "global"
         kv_eq = is_global and p.k_eq_v_global
         if pair.module == "attn.k_einsum" and not kv_eq:
             raise ValueError(f"{where}: k_einsum exists only on K = V global layers of this preset; wrong preset?")
         if pair.module == "attn.kv_einsum" and kv_eq:
             raise ValueError(f"{where}: layer {pair.layer} is a K = V global layer (k_einsum); wrong preset?")
+        pr = weights.get((pair.layer, pair.module.replace(".", "/")))
+        if pr is None:
+            if pair.module in ("attn.kv_einsum", "attn.k_einsum") and pair.layer is not None:
+                raise ValueError(f"{where}: layer {pair.layer} of preset {p.name!r} is KV-shared (it reuses layer "
+                                 f"{p.kv_source_layers[pair.layer]}'s K/V and has none of its own), so LoRA there "
+                                 "trains nothing; wrong preset?")
+            raise ValueError(f"{where}: preset {p.name!r} has no such weight; wrong preset?")
         hd = p.global_head_dim if is_global else p.head_dim
         kv = p.effective_global_kv_heads if is_global else p.num_kv_heads
         d, r = p.embed_dim, pair.rank
@@ -144,12 +186,9 @@ def check_pairs_fit_preset(pairs: list[LoraPair], preset: models.ModelPreset, ra
             "attn.kv_einsum": ((d, r), (r, 2, kv, hd)),
             "attn.k_einsum": ((d, r), (r, kv, hd)),
             "attn.attn_vec_einsum": ((p.num_heads, hd, r), (r, d)),
-        }.get(pair.module)
-        if want is None:  # MLP; KV-shared layers of E2B have a double-wide one
-            first_shared = p.num_layers - p.num_kv_shared_layers
-            width = p.hidden_dim * (2 if p.double_wide_mlp and pair.layer >= first_shared else 1)
-            want = ((width, r), (r, d)) if pair.module == "mlp.down_proj" else ((d, r), (r, width))
-        got = (tuple(pair.a.shape), tuple(pair.b.shape))
+            "embedder.per_layer_model_projection": ((d, r), (r, p.num_layers, p.per_layer_input_dim)),
+        }.get(pair.module, ((pr.in_features, r), (r, pr.out_features)))  # MLP (double-wide on E2B's shared
+        got = (tuple(pair.a.shape), tuple(pair.b.shape))                  # layers), per-layer inputs, router
         if got != want:
             raise ValueError(
                 f"{where}: lora_a/lora_b shapes {got[0]}/{got[1]} do not fit preset {p.name!r} "
@@ -192,10 +231,17 @@ def tunix_lora_to_peft(
             if vllm_kv_copy and pair.module == "attn.k_einsum":
                 names.append("self_attn.v_proj")
             for name in names:
-                key = f"{prefix}layers.{pair.layer}.{name}"
+                key = f"{prefix}{name}" if pair.layer is None else f"{prefix}layers.{pair.layer}.{name}"
                 out[f"{key}.lora_A.weight"] = np.ascontiguousarray(lora_a if dtype is None else lora_a.astype(dtype))
                 out[f"{key}.lora_B.weight"] = np.ascontiguousarray(lora_b if dtype is None else lora_b.astype(dtype))
     return out
+
+
+_HF_TO_TUNIX = {hf: tunix for tunix, hfs in TUNIX_TO_HF_MODULES.items() for hf in hfs if tunix != "attn.k_einsum"}
+_LAYER_KEY = re.compile(r"(?:.*\.)?layers\.(\d+)\.(" + "|".join(
+    re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if not tunix.startswith("embedder.")) + r")\.lora_([AB])\.weight")
+_ROOT_KEY = re.compile(r"(?:.*\.)?(" + "|".join(
+    re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if tunix.startswith("embedder.")) + r")\.lora_([AB])\.weight")
 
 
 def peft_to_tunix_lora(peft_tensors: Mapping[str, np.ndarray], preset: str | models.ModelPreset) -> dict:
@@ -208,53 +254,64 @@ def peft_to_tunix_lora(peft_tensors: Mapping[str, np.ndarray], preset: str | mod
     p = models.get_preset(preset)
     kinds = p.layer_kinds
     by_module: dict[tuple[int, str], dict[str, np.ndarray]] = {}
-    pat = re.compile(r".*layers\.(\d+)\.((?:self_attn|mlp)\.\w+_proj)\.lora_([AB])\.weight")
     for key, value in peft_tensors.items():
-        m = pat.fullmatch(key)
-        if m is None:
-            raise ValueError(f"{key!r} is not a Gemma 4 attention/MLP LoRA key")
-        by_module.setdefault((int(m.group(1)), m.group(2)), {})[m.group(3)] = np.asarray(value)
+        m = _LAYER_KEY.fullmatch(key)
+        if m is not None:
+            by_module.setdefault((int(m.group(1)), m.group(2)), {})[m.group(3)] = np.asarray(value)
+            continue
+        m = _ROOT_KEY.fullmatch(key)
+        if m is None or ".layers." in key:
+            raise ValueError(f"{key!r} is not a Gemma 4 LoRA key this cookbook maps ({sorted(_HF_TO_TUNIX)})")
+        by_module.setdefault((-1, m.group(1)), {})[m.group(2)] = np.asarray(value)
     state: dict = {"layers": {}}
     for (layer, hf), ab in sorted(by_module.items()):
-        is_global = kinds[layer] == "global"
+        if hf == "self_attn.v_proj":
+            continue  # folded in with k_proj below (or the vLLM copy on K = V layers)
+        is_global = layer >= 0 and kinds[layer] == "global"
         kv_eq = is_global and p.k_eq_v_global
         hd = p.global_head_dim if is_global else p.head_dim
         kv = p.effective_global_kv_heads if is_global else p.num_kv_heads
         lora_a, lora_b = ab["A"], ab["B"]
         r = lora_a.shape[0]
-        node = state["layers"].setdefault(layer, {})
-        if hf == "self_attn.v_proj":
-            continue  # folded in with k_proj below (or the vLLM copy on K = V layers)
-        if hf == "self_attn.k_proj":
-            if kv_eq:
-                node.setdefault("attn", {})["k_einsum"] = {
-                    "w_lora_a": lora_a.T, "w_lora_b": lora_b.T.reshape(r, kv, hd)}
-                continue
+        a, b = lora_a.T, lora_b.T
+        module = "attn.k_einsum" if hf == "self_attn.k_proj" and kv_eq else _HF_TO_TUNIX[hf]
+        if module == "attn.kv_einsum":
             v = by_module.get((layer, "self_attn.v_proj"))
             if v is None or not np.array_equal(v["A"], lora_a):
                 raise ValueError(f"layer {layer}: k_proj and v_proj need one shared lora_A for Tunix's kv_einsum")
-            b = np.stack([lora_b.T.reshape(r, kv, hd), v["B"].T.reshape(r, kv, hd)], axis=1)
-            node.setdefault("attn", {})["kv_einsum"] = {"w_lora_a": lora_a.T, "w_lora_b": b}
-        elif hf == "self_attn.q_proj":
-            node.setdefault("attn", {})["q_einsum"] = {
-                "w_lora_a": lora_a.T, "w_lora_b": lora_b.T.reshape(r, p.num_heads, hd)}
-        elif hf == "self_attn.o_proj":
-            node.setdefault("attn", {})["attn_vec_einsum"] = {
-                "w_lora_a": lora_a.T.reshape(p.num_heads, hd, r), "w_lora_b": lora_b.T}
-        else:
-            node.setdefault("mlp", {})[hf.split(".")[1]] = {"kernel_lora_a": lora_a.T, "kernel_lora_b": lora_b.T}
+            b = np.stack([b.reshape(r, kv, hd), v["B"].T.reshape(r, kv, hd)], axis=1)
+        elif module == "attn.k_einsum":
+            b = b.reshape(r, kv, hd)
+        elif module == "attn.q_einsum":
+            b = b.reshape(r, p.num_heads, hd)
+        elif module == "attn.attn_vec_einsum":
+            a = a.reshape(p.num_heads, hd, r)
+        elif module in OUTPUT_SCALED_BY_EMBED_RSQRT:  # see the module docstring
+            b = _scaled(b, 1 / np.sqrt(p.embed_dim)).reshape(r, p.num_layers, p.per_layer_input_dim)
+        node = state if layer < 0 else state["layers"].setdefault(layer, {})
+        for part in module.split("."):
+            node = node.setdefault(part, {})
+        attr = TUNIX_LORA_ATTR[module]
+        node.update({f"{attr}_lora_a": a, f"{attr}_lora_b": b})
     return state
 
 
 def adapter_config(*, rank: int, alpha: float, dropout: float, modules: list[str], layout: str,
                    base_model: str | None) -> dict[str, Any]:
     """``adapter_config.json`` for PEFT and vLLM (``--enable-lora``)."""
-    short = sorted({m.split(".")[-1] for m in modules})
-    # The released multimodal model also has q_proj/... in its vision and audio towers:
-    # restrict PEFT to the text decoder there with a regex (PEFT full-matches a string).
-    targets: list[str] | str = short
+    # HF module paths under a decoder layer (``self_attn.q_proj``, ``per_layer_input_gate``,
+    # ``router.proj``) and at the model level (``per_layer_model_projection``).
+    in_layer = sorted({m.split(".", m.split(".").index("layers") + 2)[-1] for m in modules if ".layers." in m})
+    at_root = sorted({m.rsplit(".", 1)[-1] for m in modules if ".layers." not in m})
+    # Text layout: PEFT's suffix names (``q_proj``, ``router.proj``). The released multimodal model
+    # also has q_proj/... in its vision and audio towers: restrict PEFT to the text decoder there
+    # with a regex (PEFT full-matches a string).
+    targets: list[str] | str = sorted({m.removeprefix("self_attn.").removeprefix("mlp.") for m in in_layer}
+                                      | set(at_root))
     if layout == "multimodal":
-        targets = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(" + "|".join(short) + ")"
+        alts = [r"layers\.\d+\.(" + "|".join(re.escape(m) for m in in_layer) + ")"] if in_layer else []
+        alts += [re.escape(m) for m in at_root]
+        targets = r".*language_model\.(?:" + "|".join(alts) + ")"
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",

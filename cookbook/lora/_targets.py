@@ -5,6 +5,24 @@ module names. This module translates both ways and checks that a selection adapt
 projection on every layer that has it (the 31B trap: ``.*kv_einsum`` silently skips the
 K = V global layers, whose K/V live in ``attn/k_einsum``). Hand-written: neither Qwix nor
 Tunix maps PEFT's names.
+
+The whole Gemma 4 family, and what each structure decides:
+
+* E2B/E4B KV-shared layers (the trailing ``num_kv_shared_layers``) have no K/V projection of
+  their own: transformers builds no ``k_proj``/``v_proj`` there (PEFT's ``k_proj`` target finds
+  no module on them), Tunix never calls their ``kv_einsum`` (zero-filled, unused; Qwix creates
+  no adapter on a weight that is not used). So K/V of those layers are *absent* here, like
+  ``v_proj`` on K = V layers: never adapted, never reported as missed, no PEFT tensor.
+* E2B/E4B per-layer-input projections (``per_layer_input_gate``, ``per_layer_projection`` per
+  layer, ``per_layer_model_projection`` once) are ``nn.Linear`` in transformers, so PEFT's
+  ``"all-linear"`` adapts them; the cookbook's ``"all-linear"`` does too, so both frameworks
+  train the same weights. Named targets (the default seven) leave them alone, as in PEFT.
+* 26B-A4B: ``"all-linear"`` is attention, the dense MLP branch and the router's ``proj`` (an
+  ``nn.Linear``, which PEFT's ``"all-linear"`` adapts). The experts are NOT included, in either
+  framework: transformers holds them as fused 3-D parameters (``experts.gate_up_proj``,
+  ``experts.down_proj``) that PEFT reaches only through ``target_parameters``, and Tunix runs
+  them with ``jax.lax.ragged_dot``, which Qwix's LoRA does not intercept. Targets naming the
+  experts are refused (:func:`qwix_module_path`).
 """
 
 from __future__ import annotations
@@ -16,115 +34,149 @@ from typing import Any
 
 from cookbook import models
 from cookbook.lora._config import LoraConfig, LoraCoverageError
-from cookbook.lora._names import ALL_LINEAR, HF_PARENT, HF_PROJECTIONS, TUNIX_TO_HF
+from cookbook.lora._names import (
+    ALL_HF_PROJECTIONS,
+    ALL_LINEAR,
+    HF_MODULE,
+    HF_PROJECTIONS,
+    TUNIX_TO_HF_ALL,
+)
+
+# Names of the MoE experts' module and fused parameters in transformers.
+_EXPERT_NAMES = ("experts", "experts.gate_up_proj", "experts.down_proj", "gate_up_proj")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Projection:
     """One weight LoRA can adapt, with both frameworks' names."""
 
-    layer: int
-    kind: str  # "sliding" | "global"
-    tunix_path: str  # e.g. "layers/5/attn/k_einsum"
+    layer: int | None  # None: a model-level weight (E2B/E4B ``per_layer_model_projection``)
+    kind: str  # "sliding" | "global" | "model"
+    tunix_path: str  # e.g. "layers/5/attn/k_einsum", "embedder/per_layer_model_projection"
     hf_names: tuple[str, ...]  # HF projections held by this weight
     in_features: int
     out_features: int  # per HF projection
 
 
-def _check_supported(preset: models.ModelPreset) -> None:
-    extra = [what for what, has in (("MoE experts", preset.is_moe), ("per-layer inputs", preset.per_layer_input_dim),
-                                    ("KV-shared layers", preset.num_kv_shared_layers)) if has]
-    if extra:
-        raise ValueError(
-            f"cookbook.lora supports dense Gemma 4 decoders (tiny, small, gemma4_31b); preset "
-            f"{preset.name!r} has {' and '.join(extra)}, whose LoRA targets are not mapped yet. Its base "
-            "loads into Tunix (cookbook.models.load_tunix_model); fine-tune a dense preset meanwhile."
-        )
-
-
 def projections(preset: str | models.ModelPreset) -> list[Projection]:
-    """Every adaptable weight of ``preset``'s decoder, layer by layer (from its shapes)."""
+    """Every adaptable weight of ``preset``'s decoder, layer by layer (from its shapes).
+
+    K/V of KV-shared layers are left out (no such weight in transformers, unused in Tunix); a
+    MoE preset's experts are left out (see the module docstring); a model-level weight comes last.
+    """
     p = models.get_preset(preset)
-    _check_supported(p)
-    d, f, n = p.embed_dim, p.hidden_dim, p.num_heads
+    d, f, n, pl = p.embed_dim, p.hidden_dim, p.num_heads, p.per_layer_input_dim
     out: list[Projection] = []
+
+    def add(layer, kind, leaf, fan_in, fan_out):
+        path = f"layers/{layer}/{leaf}" if layer is not None else leaf
+        out.append(Projection(layer=layer, kind=kind, tunix_path=path, hf_names=TUNIX_TO_HF_ALL[leaf],
+                              in_features=fan_in, out_features=fan_out))
+
     for i, kind in enumerate(p.layer_kinds):
         hd = p.global_head_dim if kind == "global" else p.head_dim
         kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
         k_eq_v = kind == "global" and p.k_eq_v_global
-        rows = [
-            ("attn/q_einsum", d, n * hd),
-            ("attn/k_einsum" if k_eq_v else "attn/kv_einsum", d, kv * hd),
-            ("attn/attn_vec_einsum", n * hd, d),
-            ("mlp/gate_proj", d, f),
-            ("mlp/up_proj", d, f),
-            ("mlp/down_proj", f, d),
-        ]
-        for leaf, fan_in, fan_out in rows:
-            out.append(
-                Projection(
-                    layer=i,
-                    kind=kind,
-                    tunix_path=f"layers/{i}/{leaf}",
-                    hf_names=TUNIX_TO_HF[leaf],
-                    in_features=fan_in,
-                    out_features=fan_out,
-                )
-            )
+        shared = i >= p.first_kv_shared_layer
+        width = f * (2 if p.double_wide_mlp and shared else 1)
+        add(i, kind, "attn/q_einsum", d, n * hd)
+        if not shared:
+            add(i, kind, "attn/k_einsum" if k_eq_v else "attn/kv_einsum", d, kv * hd)
+        add(i, kind, "attn/attn_vec_einsum", n * hd, d)
+        add(i, kind, "mlp/gate_proj", d, width)
+        add(i, kind, "mlp/up_proj", d, width)
+        add(i, kind, "mlp/down_proj", width, d)
+        if pl:
+            add(i, kind, "per_layer_input_gate", d, pl)
+            add(i, kind, "per_layer_projection", pl, d)
+        if p.is_moe:
+            add(i, kind, "moe", d, p.num_experts)
+    if pl:
+        add(None, "model", "embedder/per_layer_model_projection", d, p.num_layers * pl)
     return out
+
+
+def _hf_names(pr: Projection, h: str) -> tuple[str, str]:
+    """The HF module name of projection ``h`` of ``pr`` in the text and the multimodal layout."""
+    tail = HF_MODULE[h] if pr.layer is None else f"layers.{pr.layer}.{HF_MODULE[h]}"
+    return f"model.{tail}", f"model.language_model.{tail}"
 
 
 def hf_module_names(preset: str | models.ModelPreset, prefix: str = "model.") -> list[str]:
     """PEFT module names of every adaptable projection (``model.layers.3.self_attn.q_proj``)."""
-    return [
-        f"{prefix}layers.{pr.layer}.{HF_PARENT[h]}.{h}"
-        for pr in projections(preset)
-        for h in pr.hf_names
-    ]
+    return [_hf_names(pr, h)[0].replace("model.", prefix, 1) for pr in projections(preset) for h in pr.hf_names]
 
 
-def _split_leaf(path: str) -> tuple[int, str]:
+def _split_leaf(path: str) -> tuple[int | None, str]:
     m = re.fullmatch(r"layers/(\d+)/(.+)", path)
-    assert m, path
-    return int(m.group(1)), m.group(2)
+    return (int(m.group(1)), m.group(2)) if m else (None, path)
 
 
-def _hf_selected(targets: Sequence[str] | str, preset: models.ModelPreset) -> set[tuple[int, str]]:
-    """(layer, hf projection) pairs that PEFT would adapt for ``targets``."""
-    pairs = [(pr.layer, h) for pr in projections(preset) for h in pr.hf_names]
+def _columns(preset: models.ModelPreset) -> list[str]:
+    """The HF projections ``preset`` has somewhere, in table order."""
+    present = {h for pr in projections(preset) for h in pr.hf_names}
+    return [h for h in ALL_HF_PROJECTIONS if h in present]
 
-    def names(layer: int, h: str) -> tuple[str, str]:
-        tail = f"layers.{layer}.{HF_PARENT[h]}.{h}"
-        return f"model.{tail}", f"model.language_model.{tail}"
+
+def _refuse_experts(targets: Sequence[str] | str, preset: models.ModelPreset) -> None:
+    """LoRA on the MoE experts: one clear refusal, naming what is missing and what to use."""
+    if not preset.is_moe:
+        return
+    layers = range(preset.num_layers)
+    expert_modules = [f"{pre}layers.{i}.experts" for i in layers for pre in ("model.", "model.language_model.")]
+    if isinstance(targets, str):
+        if targets == ALL_LINEAR:
+            return
+        try:
+            rx = re.compile(targets)
+        except re.error:
+            return  # reported by _hf_selected
+        hit = any(rx.fullmatch(n) or rx.fullmatch(n + ".gate_up_proj") or rx.fullmatch(n + ".down_proj")
+                  for n in expert_modules)
+    else:
+        hit = any(t in _EXPERT_NAMES or t.endswith((".experts", ".experts.gate_up_proj", ".experts.down_proj"))
+                  for t in targets)
+    if hit:
+        raise LoraCoverageError(
+            f"LoRA targets {targets!r} name the MoE experts of preset {preset.name!r}, which cookbook.lora does "
+            "not adapt: transformers holds them as fused 3-D parameters (experts.gate_up_proj, "
+            "experts.down_proj) that PEFT reaches only through target_parameters, and Tunix runs them with "
+            "jax.lax.ragged_dot, which Qwix's LoRA does not intercept (qwix 0.1.8 LoraProvider: dot_general, "
+            "einsum, conv only). Adapt attention, the dense MLP beside the experts ('gate_proj', 'up_proj', "
+            "'down_proj') and the router ('router.proj'): targets='all-linear' does all of that."
+        )
+
+
+def _hf_selected(targets: Sequence[str] | str, preset: models.ModelPreset) -> set[tuple[int | None, str]]:
+    """(layer, hf projection) pairs that PEFT would adapt for ``targets`` (layer None: model level)."""
+    _refuse_experts(targets, preset)
+    prs = projections(preset)
+    named = [(pr.layer, h, _hf_names(pr, h)) for pr in prs for h in pr.hf_names]
 
     if isinstance(targets, str):
         if targets == ALL_LINEAR:
-            return set(pairs)
+            return {(i, h) for i, h, _ in named}
         try:
             rx = re.compile(targets)
         except re.error as e:
             raise ValueError(f"LoRA target regex {targets!r} does not compile: {e}") from e
-        return {(i, h) for i, h in pairs if any(rx.fullmatch(n) for n in names(i, h))}
-    unknown = [
-        t
-        for t in targets
-        if not any(n == t or n.endswith("." + t) for i, h in pairs for n in names(i, h))
-    ]
+        return {(i, h) for i, h, names in named if any(rx.fullmatch(n) for n in names)}
+
+    def hits(t: str, names: tuple[str, ...]) -> bool:
+        return any(n == t or n.endswith("." + t) for n in names)
+
+    unknown = [t for t in targets if not any(hits(t, names) for _, _, names in named)]
     if unknown:
         raise LoraCoverageError(
             f"LoRA targets {unknown} match no projection of preset {preset.name!r}. Use names from "
-            f"{list(HF_PROJECTIONS)}, 'all-linear', or a regex string over names such as "
+            f"{_columns(preset)}, 'all-linear', or a regex string over names such as "
             f"'model.layers.0.self_attn.q_proj'."
         )
-    return {
-        (i, h)
-        for i, h in pairs
-        if any(n == t or n.endswith("." + t) for t in targets for n in names(i, h))
-    }
+    return {(i, h) for i, h, names in named if any(hits(t, names) for t in targets)}
 
 
 def _coverage_check(
-    selected_hf: set[tuple[int, str]], preset: models.ModelPreset, what: str, allow_partial: bool
+    selected_hf: set[tuple[int | None, str]], preset: models.ModelPreset, what: str, allow_partial: bool
 ) -> None:
     if not selected_hf:
         raise LoraCoverageError(
@@ -134,7 +186,7 @@ def _coverage_check(
         )
     if allow_partial:
         return
-    exists: dict[str, set[int]] = {}
+    exists: dict[str, set[int | None]] = {}
     for pr in projections(preset):
         for h in pr.hf_names:
             exists.setdefault(h, set()).add(pr.layer)
@@ -166,33 +218,41 @@ def _coverage_check(
 
 def _compact_regex(paths: set[str], preset: models.ModelPreset) -> str:
     """A readable regex that fully matches exactly ``paths`` among the preset's weights."""
-    where: dict[str, set[int]] = {}
+    where: dict[str, set[int | None]] = {}
     for pr in projections(preset):
         where.setdefault(_split_leaf(pr.tunix_path)[1], set()).add(pr.layer)
-    chosen: dict[str, set[int]] = {}
+    chosen: dict[str, set[int | None]] = {}
     for path in paths:
         i, leaf = _split_leaf(path)
         chosen.setdefault(leaf, set()).add(i)
     by_layers: dict[str, list[str]] = {}
-    for leaf in TUNIX_TO_HF:  # canonical order
+    roots = []
+    for leaf in TUNIX_TO_HF_ALL:  # canonical order
         if leaf not in chosen:
             continue
+        if chosen[leaf] == {None}:  # a model-level weight: its own path
+            roots.append(re.escape(leaf))
+            continue
         layers = chosen[leaf]
-        pat = r"\d+" if layers == where[leaf] else "(?:" + "|".join(map(str, sorted(layers))) + ")"
+        # Tunix keeps (unused) K/V modules on KV-shared layers: name the layers rather than rely on
+        # Qwix creating no adapter on a weight Tunix never calls.
+        every = layers == where[leaf] and not (leaf.startswith("attn/k") and preset.num_kv_shared_layers)
+        pat = r"\d+" if every else "(?:" + "|".join(map(str, sorted(layers))) + ")"
         by_layers.setdefault(pat, []).append(leaf)
     groups = []
     for pat, leaves in by_layers.items():
         parents: dict[str, list[str]] = {}
         for leaf in leaves:
-            parent, name = leaf.split("/")
+            parent, _, name = leaf.rpartition("/")
             parents.setdefault(parent, []).append(name)
-        alts = [
-            f"{p}/(?:{'|'.join(ns)})" if len(ns) > 1 else f"{p}/{ns[0]}"
-            for p, ns in parents.items()
-        ]
+        alts = []
+        for parent, ns in parents.items():
+            names = f"(?:{'|'.join(ns)})" if len(ns) > 1 else ns[0]
+            alts.append(f"{parent}/{names}" if parent else names)
         groups.append(
             f"layers/{pat}/" + (alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")")
         )
+    groups += roots
     return groups[0] if len(groups) == 1 else "|".join(f"(?:{g})" for g in groups)
 
 
@@ -259,26 +319,26 @@ def hf_target_modules(
 ) -> list[str]:
     """PEFT ``target_modules`` that adapt what the Qwix ``module_path`` adapts.
 
-    A projection adapted on every layer is named alone (``"q_proj"``); with
-    ``allow_partial`` one adapted on some layers is named per layer
-    (``"layers.5.self_attn.k_proj"``, a suffix PEFT matches).
+    A projection adapted on every layer that has it is named alone (``"q_proj"``,
+    ``"router.proj"``, ``"per_layer_model_projection"``); with ``allow_partial`` one adapted on
+    some layers is named per layer (``"layers.5.self_attn.k_proj"``, a suffix PEFT matches).
     """
     p = models.get_preset(preset)
     check_module_path(module_path, p, allow_partial=allow_partial)
     selected = {(pr.layer, h) for pr in matched_projections(module_path, p) for h in pr.hf_names}
-    exists: dict[str, set[int]] = {}
+    exists: dict[str, set[int | None]] = {}
     for pr in projections(p):
         for h in pr.hf_names:
             exists.setdefault(h, set()).add(pr.layer)
     out: list[str] = []
-    for h in HF_PROJECTIONS:
+    for h in _columns(p):
         got = {i for i, hh in selected if hh == h}
         if not got:
             continue
         if got == exists[h]:
             out.append(h)
         else:
-            out.extend(f"layers.{i}.{HF_PARENT[h]}.{h}" for i in sorted(got))
+            out.extend(f"layers.{i}.{HF_MODULE[h]}" for i in sorted(got))
     return out
 
 
@@ -286,7 +346,9 @@ def coverage_rows(module_path: str, preset: str | models.ModelPreset) -> list[di
     """One row per layer: which HF projections the regex adapts (None: no such projection).
 
     ``v_proj`` is None on K = V global layers (HF has no ``v_proj`` there; V is computed by
-    ``k_proj``, so adapting ``k_proj`` changes V too).
+    ``k_proj``, so adapting ``k_proj`` changes V too), and ``k_proj``/``v_proj`` are None on
+    KV-shared layers (E2B/E4B). A preset with a model-level weight gets a last row, layer
+    ``"model"``.
     """
     p = models.get_preset(preset)
     chosen = {pr.tunix_path for pr in matched_projections(module_path, p)}
@@ -295,17 +357,23 @@ def coverage_rows(module_path: str, preset: str | models.ModelPreset) -> list[di
 
 def coverage_rows_for_paths(p: models.ModelPreset, adapted_paths: set[str]) -> list[dict[str, Any]]:
     """One row per layer: for each HF projection, adapted (True/False) or absent (None)."""
-    rows: dict[int, dict[str, Any]] = {}
+    columns = _columns(p)
+    rows: dict[int | None, dict[str, Any]] = {}
     for pr in projections(p):
         row = rows.setdefault(
             pr.layer,
-            {"layer": pr.layer, "kind": pr.kind, **dict.fromkeys(HF_PROJECTIONS), "tunix": []},
+            {"layer": "model" if pr.layer is None else pr.layer, "kind": pr.kind, **dict.fromkeys(columns),
+             "tunix": []},
         )
         for h in pr.hf_names:
             row[h] = pr.tunix_path in adapted_paths
         if pr.tunix_path in adapted_paths:
             row["tunix"].append(_split_leaf(pr.tunix_path)[1])
-    return [rows[i] for i in sorted(rows)]
+    return [rows[i] for i in sorted(i for i in rows if i is not None)] + ([rows[None]] if None in rows else [])
+
+
+def _row_columns(rows: list[dict[str, Any]]) -> list[str]:
+    return [k for k in rows[0] if k not in ("layer", "kind", "tunix")] if rows else list(HF_PROJECTIONS)
 
 
 def lora_targets_by_layer(
@@ -321,23 +389,29 @@ def coverage_by_kind(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     for kind in sorted({r["kind"] for r in rows}, reverse=True):
         kr = [r for r in rows if r["kind"] == kind]
         out[kind] = {}
-        for h in HF_PROJECTIONS:
+        for h in _row_columns(rows):
             present = [r[h] for r in kr if r[h] is not None]
             out[kind][h] = f"{sum(present)}/{len(present)}" if present else "absent"
     return out
 
 
+# Five-letter column labels of the projections beyond the seven (whose label is the word before "_").
+_LABELS = {"per_layer_input_gate": "plgat", "per_layer_projection": "plprj", "per_layer_model_projection": "plmod",
+           "router.proj": "routr"}
+
+
 def format_coverage(rows: list[dict[str, Any]]) -> str:
     """A plain-text table of coverage rows (``x`` adapted, ``.`` not, ``-`` absent)."""
+    columns = _row_columns(rows)
     head = (
         f"{'layer':>5} {'kind':<8} "
-        + " ".join(f"{h.split('_')[0]:>5}" for h in HF_PROJECTIONS)
+        + " ".join(f"{_LABELS.get(h, h.split('_')[0]):>5}" for h in columns)
         + "  tunix"
     )
     lines = [head]
     for r in rows:
         cells = " ".join(
-            f"{('-' if r[h] is None else 'x' if r[h] else '.'):>5}" for h in HF_PROJECTIONS
+            f"{('-' if r[h] is None else 'x' if r[h] else '.'):>5}" for h in columns
         )
         lines.append(f"{r['layer']:>5} {r['kind']:<8} {cells}  {','.join(r['tunix'])}")
     return "\n".join(lines)
@@ -348,5 +422,5 @@ def coverage_matrix(rows: list[dict[str, Any]]):
     import numpy as np
 
     return np.array(
-        [[-1 if r[h] is None else int(r[h]) for h in HF_PROJECTIONS] for r in rows], dtype=int
+        [[-1 if r[h] is None else int(r[h]) for h in _row_columns(rows)] for r in rows], dtype=int
     )

@@ -37,7 +37,7 @@ class LoraCheckpoint:
 
     @property
     def layers(self) -> tuple[int, ...]:
-        return tuple(sorted({p.layer for p in self.pairs}))
+        return tuple(sorted({p.layer for p in self.pairs if p.layer is not None}))  # model level: not a layer
 
 
 def find_step_dir(path: str | Path, step: int | None = None) -> Path:
@@ -144,6 +144,8 @@ def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None) -> list[lor
         tree = ckptr.metadata(params).item_metadata.tree
         wanted = {str(i) for i in (layers if layers is not None else ckpt.layers)}
         sub = _lora_only({"layers": {k: v for k, v in tree["layers"].items() if str(k) in wanted}})
+        if layers is None:  # all: model-level LoRA too (E2B/E4B embedder.per_layer_model_projection)
+            sub.update(_lora_only({k: v for k, v in tree.items() if k != "layers"}))
         args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), sub)
         restored = ckptr.restore(params, args=ocp.args.PyTreeRestore(item=sub, restore_args=args,
                                                                       partial_restore=True))

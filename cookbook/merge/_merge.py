@@ -100,6 +100,12 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     pairs = list(ckpt.pairs) if ckpt is not None else []
     if ckpt is not None:
         lora_lib.check_pairs_fit_preset(pairs, p, ckpt.rank)
+    model_level = [pair.where for pair in pairs if pair.layer is None]
+    if model_level:
+        raise ValueError(f"the LoRA adapts {model_level} (E2B/E4B's model-level per-layer-input projection), "
+                         "which the streamed merge does not handle yet: export a PEFT adapter instead "
+                         "(merge.export_peft / --peft-out), or train with targets that leave it out "
+                         "(e.g. the seven attention and MLP projections)")
     base_dir = Path(base_dir)
     refs: dict[str, shards.TensorRef] = {}
     metadata: dict[str, str] = {}

@@ -207,7 +207,7 @@ def checkpoint_table(ckpt: merge.LoraCheckpoint) -> list[dict]:
     rows = []
     for pair in ckpt.pairs:
         hf = list(lora_lib.TUNIX_TO_HF_MODULES[pair.module])
-        rows.append({"layer": pair.layer, "kind": p.layer_kinds[pair.layer], "tunix": pair.module,
+        rows.append({"layer": pair.layer, "kind": "model" if pair.layer is None else p.layer_kinds[pair.layer], "tunix": pair.module,
                      "lora_a": tuple(pair.a.shape), "lora_b": tuple(pair.b.shape), "hf": ", ".join(hf)})
     return rows
 

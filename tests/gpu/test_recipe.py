@@ -97,6 +97,19 @@ def test_partial_targets_and_kv_split_are_translated_or_refused():
         gpu.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
 
 
+@pytest.mark.parametrize("name", ["tiny_e2b", "tiny_26b_a4b", "gemma4_e4b", "gemma4_26b_a4b"])
+def test_target_regex_covers_the_per_layer_inputs_and_the_router(name):
+    """'all-linear' on E2B/E4B and 26B-A4B: the regex takes exactly the modules cookbook.lora adapts,
+    in both layouts (per-layer-input projections, the model-level one, the router), never the experts."""
+    for prefix in ("model.", "model.language_model."):
+        names = lora.hf_module_names(name, prefix=prefix)
+        rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), name)
+        assert all(re.fullmatch(rx, n) for n in names)
+        assert not re.fullmatch(rx, f"{prefix}layers.0.experts")
+        extras = {n for n in names if not n.endswith(PROJECTIONS)}
+        assert extras and not {n for n in extras if re.fullmatch(gpu.peft_target_regex(lora.LoraConfig(), name), n)}
+
+
 def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
     import yaml
     from peft import LoraConfig as PeftLoraConfig
