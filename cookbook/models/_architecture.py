@@ -26,6 +26,9 @@ class ModelPreset:
 
     name: str
     hf_checkpoint: str | None  # Hub id of the released weights; None for random presets.
+    # Random CPU presets: the released size whose structure this one reproduces (it trains with
+    # the CPU recipe, ``cookbook.train.train_preset``); None otherwise.
+    twin_of: str | None = None
     num_layers: int
     vocab_size: int  # Tunix: num_embed
     embed_dim: int  # HF: hidden_size

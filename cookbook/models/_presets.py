@@ -28,7 +28,8 @@ def tiny() -> ModelPreset:
     (fsdp x tp) mesh, and the 2 global KV heads cap tp at 2 exactly as 31B's 4 cap it at 4.
     """
     return ModelPreset(
-        name="tiny", hf_checkpoint=None, num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=512,
+        name="tiny", hf_checkpoint=None, twin_of="gemma4_31b",
+        num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=512,
         num_heads=8, head_dim=32, num_kv_heads=4, num_global_kv_heads=2, global_head_dim=64, sliding_window=64,
         attention_pattern=SLIDING_5_GLOBAL_1,
         k_eq_v_global=True,
@@ -72,7 +73,8 @@ def tiny_e2b() -> ModelPreset:
     (``ModelPreset.kv_source_layers``).
     """
     return ModelPreset(
-        name="tiny_e2b", hf_checkpoint=None, num_layers=10, vocab_size=1024, embed_dim=128, hidden_dim=512,
+        name="tiny_e2b", hf_checkpoint=None, twin_of="gemma4_e2b",
+        num_layers=10, vocab_size=1024, embed_dim=128, hidden_dim=512,
         num_heads=8, head_dim=32, num_kv_heads=1, num_global_kv_heads=None, global_head_dim=64, sliding_window=64,
         attention_pattern=SLIDING_4_GLOBAL_1,
         k_eq_v_global=False,
@@ -94,7 +96,8 @@ def tiny_26b_a4b() -> ModelPreset:
     quarters of it (26B-A4B: 704 and 2112 of 2816).
     """
     return ModelPreset(
-        name="tiny_26b_a4b", hf_checkpoint=None, num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=96,
+        name="tiny_26b_a4b", hf_checkpoint=None, twin_of="gemma4_26b_a4b",
+        num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=96,
         num_heads=8, head_dim=32, num_kv_heads=4, num_global_kv_heads=2, global_head_dim=64, sliding_window=64,
         attention_pattern=SLIDING_5_GLOBAL_1,
         k_eq_v_global=True,

@@ -9,6 +9,7 @@ from cookbook.train._config import (  # noqa: F401
     cli_command,
     describe_configs,
     make_optimizer,
+    recipe_of,
     train_preset,
 )
 from cookbook.train._evaluate import evaluate  # noqa: F401

@@ -10,7 +10,7 @@ from typing import Any
 from cookbook import core, models
 from cookbook import data as data_lib
 from cookbook import mesh as mesh_lib
-from cookbook.train._config import CLI_FLAGS, TRAIN_PRESETS, TrainConfig, train_preset
+from cookbook.train._config import CLI_FLAGS, TRAIN_PRESETS, TrainConfig, recipe_of, train_preset
 from cookbook.train._evaluate import evaluate
 from cookbook.train._pod import pod_commands
 from cookbook.train._runs import eval_rows, load_tokenizer, resolve_base_dir, restore_lora_model
@@ -60,7 +60,7 @@ def register_cli(sub) -> None:
 
 def config_from_args(args) -> TrainConfig:
     recipe_name = args.recipe or args.preset
-    if recipe_name not in TRAIN_PRESETS:
+    if recipe_of(recipe_name) is None:
         raise ValueError(f"no training recipe {recipe_name!r} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
                          f"--recipe tiny (CPU) or --recipe gemma4_31b (TPU) and --preset {args.preset}")
     config = train_preset(recipe_name)

@@ -124,12 +124,16 @@ def train_preset(name: str) -> TrainConfig:
 
     ``tiny``: the CPU recipe that takes the random tiny base from ~0% to >= 80% exact
     match on the sample task in a few CPU minutes (one device; see notebook 06).
+    The other random CPU twins (``tiny_e2b``, ``tiny_26b_a4b``: ``ModelPreset.twin_of``) train
+    with the same recipe on their own structure.
     ``gemma4_31b``: the paper's hyperparameters (rank 64, alpha 64, dropout 0.05, lr 1e-4,
     100 warm-up steps then cosine, weight decay 0.001, no clipping, 8 sequences per optimizer
     step) on the layout the layout search recommends for its training slice (mesh, micro-batch,
     remat, attention; gradient accumulation makes up the 8 sequences; see ``cookbook plan
     --preset gemma4_31b --recommended``).
     """
+    if recipe_of(name) == "tiny" and name != "tiny":  # a random CPU twin: the CPU recipe on its structure
+        return train_preset("tiny").replace(model_preset=name)
     if name == "tiny":
         # Tuned on the sample task. A high learning rate suits a LoRA that learns the task
         # from nothing on a random base. Measured with this pipeline (400-step schedule,
@@ -186,6 +190,16 @@ def train_preset(name: str) -> TrainConfig:
 
 
 TRAIN_PRESETS = ("tiny", "gemma4_31b")
+
+
+def recipe_of(model_preset: str) -> str | None:
+    """The training recipe a model preset trains with by default: its own (``TRAIN_PRESETS``),
+    the CPU recipe ``tiny`` for a random CPU twin (``ModelPreset.twin_of``), else None."""
+    if model_preset in TRAIN_PRESETS:
+        return model_preset
+    if model_preset in models.PRESETS and models.get_preset(model_preset).twin_of:
+        return "tiny"
+    return None
 PAPER_SEQUENCES_PER_STEP = 8  # the paper: micro-batch 1 x gradient accumulation 8
 
 

@@ -56,6 +56,24 @@ def test_presets_carry_the_papers_hyperparameters():
         tiny.replace(model_preset="gemma5")
 
 
+
+@pytest.mark.jax_only
+def test_the_random_twins_train_with_the_cpu_recipe_on_their_own_structure():
+    from cookbook import harness, models
+
+    tiny = train.train_preset("tiny")
+    for twin in ("tiny_e2b", "tiny_26b_a4b"):
+        assert models.get_preset(twin).twin_of and train.recipe_of(twin) == "tiny"
+        config = train.train_preset(twin)
+        assert config.model_preset == twin and config.replace(model_preset="tiny") == tiny
+        args = harness.build_parser("train").parse_args(["train", "--preset", twin])
+        assert train.config_from_args(args) == config
+    # A released size has no recipe until its TPU layout is compiled: refused, naming the way out.
+    assert train.recipe_of("gemma4_e2b") is None and train.recipe_of("small") is None
+    with pytest.raises(ValueError, match="--recipe tiny"):
+        train.config_from_args(harness.build_parser("train").parse_args(["train", "--preset", "gemma4_e2b"]))
+
+
 @pytest.mark.jax_only
 def test_config_round_trip_and_cache_key(tiny_base):
     c = train.train_preset("tiny")
