@@ -152,3 +152,41 @@ def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_
         (bad / "model.safetensors.index.json").write_text(json.dumps(index))
         with pytest.raises(ValueError, match=f"tensor {missing} is missing"):
             models.load_tunix_model(bad, p)
+
+
+@pytest.mark.parametrize("name", ["tiny_e2b", "tiny_26b_a4b"])
+def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request):
+    """Tunix's sampler (prefill, then one token at a time from its KV cache: the KV-shared layers
+    read their source layer's cache, the MoE routes per token) picks transformers' argmax at every
+    step, past the sliding window, except where transformers' own top two logits are closer than
+    the float32 bound (a tie either framework may break either way). The multimodal placeholders
+    are forbidden: with no pixels, transformers' Gemma 4 embeds ``<|image|>`` and its kin as
+    ``<pad>`` (Gemma4Model.forward), Tunix's text model as themselves (a random model emitted one
+    here, and every later logit differed by ~4; no text fine-tune emits them)."""
+    from transformers import AutoTokenizer
+
+    base = request.getfixturevalue(f"{name}_base")
+    p = models.get_preset(name)
+    model = models.load_tunix_model(base, p)
+    tok = AutoTokenizer.from_pretrained(base)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Write a Verilog module named add8."}],
+                                     tokenize=False, add_generation_prompt=True)
+    steps = 2 * p.sliding_window
+    forbidden = [models.SPECIAL_TOKEN_IDS[t] for t in ("<|image|>", "<|video|>", "<|audio|>")]
+    out = models.make_sampler(model, tok, cache_size=256)(
+        [prompt], max_generation_steps=steps, temperature=0.0, echo=True,
+        eos_tokens=[p.vocab_size],  # an id no token has: no early stop, every step is checked
+        forbidden_tokens=forbidden)
+    seq = np.asarray(out.tokens[0])
+    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+    assert len(seq) == n_prompt + steps > p.sliding_window
+    ref = models.transformers_logits(base, seq[None])[0]
+    floor = core.float32_floor(ref[None], models.transformers_logits(base, seq[None], dtype="float64"))
+    bound = core.PARITY_FACTOR * floor.max_abs
+    picked = seq[n_prompt:]
+    logits = ref[n_prompt - 1:-1].copy()  # the logits each generated token was chosen from
+    logits[:, forbidden] = -np.inf  # as the sampler masks them
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    disagree = np.flatnonzero(picked != logits.argmax(-1))
+    assert all(top2[i, 1] - logits[i, picked[i]] <= 2 * bound for i in disagree), (disagree, bound)
+    assert len(disagree) <= 2, disagree  # ties are rare; more means the cache path is wrong

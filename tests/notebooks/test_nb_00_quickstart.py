@@ -1,5 +1,6 @@
 """Notebook 00 through papermill with non-default parameters, asserting on its results."""
 
+import pytest
 from nbutil import run_notebook
 
 
@@ -18,3 +19,15 @@ def test_quickstart_records_parity_on_another_mesh(tmp_path):
     assert parity["argmax_agreement"] == 1.0
     assert results["sample_completion"] != ""
     assert 1e6 < results["num_params"] < 3e6
+
+
+@pytest.mark.parametrize("preset", ["tiny_e2b", "tiny_26b_a4b"])
+def test_quickstart_runs_each_structural_twin(tmp_path, preset):
+    """The E2B/E4B twin (per-layer inputs, KV-shared layers) and the 26B-A4B twin (experts) through
+    the same notebook: Tunix matches transformers within the float32 bound, and it samples."""
+    results = run_notebook("00_quickstart", tmp_path, MODEL_PRESET=preset, MESH_FSDP=2, MESH_TP=2, PARITY_BATCH=1,
+                           MAX_NEW_TOKENS=4)
+    parity = results["parity"]
+    assert results["preset"] == preset and parity["max_abs_diff"] <= parity["bound_max_abs"]
+    assert parity["control_over_bound"] >= 100 and parity["argmax_agreement"] == 1.0
+    assert results["sample_completion"] != ""
