@@ -13,6 +13,7 @@ def test_lora_naming_counts_31b_like_peft_and_catches_the_trap_on_tiny(tmp_path)
         LORA_ALPHA=64.0,
         TRAP_PRESET="tiny",
         NAIVE_MODULE_PATH=".*kv_einsum",
+        FAMILY_PRESETS="tiny_e2b,tiny_26b_a4b,gemma4_e2b",
     )
     assert results["hf_targets_back"] == [
         "q_proj",
@@ -39,3 +40,16 @@ def test_lora_naming_counts_31b_like_peft_and_catches_the_trap_on_tiny(tmp_path)
     assert trap["fixed_by_kind"]["global"]["k_proj"] == "1/1"
     assert trap["naive_by_kind"]["sliding"]["q_proj"] == "0/5"  # only kv_einsum was named
     assert trap["naive_lora_params"] == 5 * 64 * (128 + 2 * 4 * 32)
+
+    # Section 5, the family at the same rank with all-linear: the notebook asserts Qwix = its
+    # expected count and PEFT = its own; here, that all-linear reaches what the seven names do not
+    # (E2B's per-layer-input projections, 26B-A4B's router), and that expert targets are refused.
+    from cookbook import lora
+
+    seven = lora.LoraConfig(rank=64, alpha=64.0)
+    family = results["family"]
+    assert results["family_targets"] == "all-linear" and set(family) == {"tiny_e2b", "tiny_26b_a4b", "gemma4_e2b"}
+    for name, counts in family.items():
+        assert counts["qwix_measured"] > lora.expected_lora_params(name, seven), name
+        assert counts["peft_measured"] - counts["qwix_measured"] == counts["kv_shared_a"]
+    assert "experts" in results["experts_refusal"] and "all-linear" in results["experts_refusal"]
