@@ -61,7 +61,9 @@ def register_cli(sub) -> None:
 def config_from_args(args) -> TrainConfig:
     recipe_name = args.recipe or args.preset
     if recipe_of(recipe_name) is None:
-        raise ValueError(f"no training recipe {recipe_name!r} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
+        why = (" (no TPU layout has been compiled and committed for it yet: `cookbook plan --preset "
+               f"{recipe_name} --slice SLICE` checks one)" if recipe_name in models.PRESETS else "")
+        raise ValueError(f"no training recipe {recipe_name!r}{why} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
                          f"--recipe tiny (CPU) or --recipe gemma4_31b (TPU) and --preset {args.preset}")
     config = train_preset(recipe_name)
     if args.recipe and args.preset != config.model_preset:
