@@ -200,6 +200,8 @@ def recipe_of(model_preset: str) -> str | None:
     if model_preset in models.PRESETS and models.get_preset(model_preset).twin_of:
         return "tiny"
     return None
+
+
 PAPER_SEQUENCES_PER_STEP = 8  # the paper: micro-batch 1 x gradient accumulation 8
 
 
