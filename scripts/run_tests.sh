@@ -25,13 +25,15 @@ tpu_host_pass() {
     echo "run_tests: no $TPU_HOST_VENV (see scripts/setup_env.sh --tpu-host): TPU-host pass skipped"
     return 0
   fi
-  # The random base is built through transformers + torch, which this environment lacks: build
-  # it in the main one and hand over a copy, alone, so plans and runs are made afresh here.
-  local base cache rc=0
-  base=$(PYTHONPATH=$PWD "$VENV/bin/python" -m cookbook base --preset tiny)
+  # The random bases are built through transformers + torch, which this environment lacks: build
+  # them in the main one and hand over copies, alone, so plans and runs are made afresh here.
+  local base cache preset rc=0
   cache=$(mktemp -d)
   mkdir -p "$cache/base"
-  cp -r "$base" "$cache/base/"
+  for preset in tiny tiny_e2b tiny_26b_a4b; do  # tiny and the two structural twins
+    base=$(PYTHONPATH=$PWD "$VENV/bin/python" -m cookbook base --preset "$preset")
+    cp -r "$base" "$cache/base/"
+  done
   echo "run_tests: TPU-host pass, $("$TPU_HOST_VENV/bin/python" --version), tests marked jax_only"
   COOKBOOK_CACHE=$cache PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
     -p no:cacheprovider --durations=10 -q || rc=$?
