@@ -6,10 +6,13 @@ from cookbook.harness._cli import (  # noqa: F401
     main,
 )
 from cookbook.harness._demo import (  # noqa: F401
+    CHAINS,
     REPO,
     NotebookFailed,
+    default_jobs,
     list_notebooks,
     parse_parameters,
+    plan_lanes,
     run_demo,
 )
 from cookbook.harness._demo import register_cli as register_demo_cli  # noqa: E402, F401, I001

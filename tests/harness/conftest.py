@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Set by scripts/run_tests.sh or tests/conftest.py for the test session, not by a user.
 SESSION_ONLY = ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_TARGET_DEVICE", "COOKBOOK_CACHE", "COOKBOOK_RUN_DIR",
                 "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE",  # the suite's compiled steps
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
                 "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
 
 

@@ -91,3 +91,63 @@ def test_parse_parameters_and_only():
         harness.parse_parameters(["no-equals"])
     with pytest.raises(ValueError, match="no such notebook"):
         harness.list_notebooks(harness.REPO / "notebooks", only=["77"])
+
+
+def test_lanes_chain_train_merge_serve_beside_the_rest():
+    names = [p.stem for p in harness.list_notebooks(harness.REPO / "notebooks")]
+    paths = [harness.REPO / "notebooks" / f"{n}.ipynb" for n in names]
+    one = harness.plan_lanes(paths, 1)
+    assert [[p.stem[:2] for p in lane] for lane in one] == [[n[:2] for n in names]]
+    two = harness.plan_lanes(paths, 2)
+    assert [[p.stem[:2] for p in lane] for lane in two] == [["00", "01", "02", "03", "04", "05", "09"],
+                                                           ["06", "07", "08"]]
+    assert harness.plan_lanes(paths, 4) == two  # one chain: more jobs add nothing
+    only = [p for p in paths if p.stem[:2] in ("00", "07")]
+    assert harness.plan_lanes(only, 2) == [[only[0]], [only[1]]]
+    with pytest.raises(ValueError, match="--jobs 0"):
+        harness.plan_lanes(paths, 0)
+
+
+def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
+    from cookbook import core
+
+    monkeypatch.setattr(core, "on_tpu_host", lambda: True)
+    assert harness.default_jobs() == 1
+    monkeypatch.setattr(core, "on_tpu_host", lambda: False)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    assert harness.default_jobs() == 1
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert harness.default_jobs() == 1
+
+
+@pytest.fixture(scope="module")
+def lanes_dir(tmp_path_factory):
+    """05 beside the chain 06 -> 07 -> 08; each records when it ran (wall clock)."""
+    d = tmp_path_factory.mktemp("lanes")
+    timed = ("import time\nfrom cookbook.harness import record\nt0 = time.time()\ntime.sleep(SLEEP)\n"
+             "record('{name}', t0=t0, t1=time.time())\nif FAIL == '{name}':\n    raise RuntimeError('{name} broke')")
+    for name in ("05_side", "06_first", "07_second", "08_third"):
+        _notebook(d / f"{name}.ipynb", timed.format(name=name), params="SLEEP = 2.5\nFAIL = ''")
+    return d
+
+
+def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, tmp_path):
+    run, _ = harness.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "ok", jobs=2)
+    log = json.loads((run / "demo.json").read_text())
+    assert log["lanes"] == [["05_side"], ["06_first", "07_second", "08_third"]]
+    t = {n: json.loads((run / f"{n}.json").read_text()) for n in log["notebooks"]}
+    assert t["05_side"]["t0"] < t["06_first"]["t1"] and t["06_first"]["t0"] < t["05_side"]["t1"]  # overlapped
+    assert t["06_first"]["t1"] <= t["07_second"]["t0"] and t["07_second"]["t1"] <= t["08_third"]["t0"]  # in order
+    assert all(v["status"] == "ok" for v in log["notebooks"].values())
+    # 06 fails while 05 runs: 05 finishes, 07 and 08 never start, the error names 06.
+    with pytest.raises(harness.NotebookFailed) as err:
+        harness.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2,
+                         parameters={"SLEEP": 1.0, "FAIL": "06_first"})
+    assert err.value.notebook == "06_first" and "RuntimeError: 06_first broke" in str(err.value)
+    run = err.value.output.parent
+    log = json.loads((run / "demo.json").read_text())
+    assert {n: v["status"] for n, v in log["notebooks"].items()} == {
+        "05_side": "ok", "06_first": "failed", "07_second": "not run", "08_third": "not run"}
+    assert not (run / "07_second.ipynb").exists()
+    assert "07_second: not run: 06_first failed before it" in (run / "report.md").read_text()
