@@ -77,6 +77,7 @@ def setup_runtime_env() -> None:
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache_dir())
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
+    min_seconds_chosen = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in os.environ
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(COMPILE_CACHE_MIN_SECONDS))
     if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly
         import jax
@@ -84,8 +85,8 @@ def setup_runtime_env() -> None:
         if jax.config.jax_compilation_cache_dir is None:
             jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
             jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
-            jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                              float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+        if not min_seconds_chosen:
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
 
 
 @contextlib.contextmanager
