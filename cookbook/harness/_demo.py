@@ -236,6 +236,7 @@ def run_demo(
                     entry["error"] = error
                     if failure is None:
                         failure = NotebookFailed(path.stem, run_dir / path.name, error)
+                bar.set_postfix_str(", ".join(p.stem for _, p, _ in running.values()), refresh=False)
                 bar.update(1)
                 save_log()
                 start(lane)
