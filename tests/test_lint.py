@@ -18,12 +18,18 @@ def test_ruff_is_clean():
 
 
 def test_notebooks_follow_the_skeleton():
-    """One `parameters` cell, no committed outputs, the common sections."""
+    """Valid nbformat with an id on every cell, one `parameters` cell, no committed outputs, the
+    common sections."""
+    import nbformat
+
     notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert len(notebooks) == 10
     for path in notebooks:
         nb = json.loads(path.read_text())
         cells = nb["cells"]
+        ids = [c.get("id") for c in cells]
+        assert None not in ids and len(set(ids)) == len(ids), f"{path.name}: cells without a unique id"
+        nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
         tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: {len(tagged)} parameters cells"
         assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code"), path.name
