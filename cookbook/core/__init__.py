@@ -55,6 +55,7 @@ from cookbook.core._numerics import (  # noqa: F401
 )
 from cookbook.core._runtime import (  # noqa: F401
     COMPILE_CACHE_MAX_BYTES,
+    COMPILE_CACHE_MIN_SECONDS,
     DEFAULT_CACHE,
     REPO_ROOT,
     RESULTS_DIR,
@@ -62,6 +63,7 @@ from cookbook.core._runtime import (  # noqa: F401
     compile_cache_dir,
     compile_cache_off,
     on_tpu_host,
+    prune_compile_cache,
     setup_runtime_env,
     to_jsonable,
 )

@@ -50,8 +50,11 @@ def compile_cache_dir() -> Path | None:
     return Path(chosen) if chosen else None
 
 
-# The compilation cache's cap (JAX evicts the least recently used entries beyond it); a tiny
-# train step is ~0.6 MB, a 31B one on a TPU slice some hundreds of MB.
+# The compilation cache's cap; a tiny train step is ~0.6 MB, a 31B one on a TPU slice some
+# hundreds of MB. Kept by prune_compile_cache at each process start, not by JAX: JAX's own
+# eviction (JAX_COMPILATION_CACHE_MAX_SIZE) lists every entry and reads its access time under a
+# file lock on each write, quadratic in the entries; with the short compiles below kept, the test
+# suite writes ~5,000 of them.
 COMPILE_CACHE_MAX_BYTES = 8 * 2**30
 # Compiles kept however short they were (JAX's default keeps only those over 1 s). Applying LoRA
 # runs the model once eagerly, and every op on sharded arrays is its own small compile: a
@@ -59,6 +62,32 @@ COMPILE_CACHE_MAX_BYTES = 8 * 2**30
 # process, a notebook kernel or a `cookbook train`, none of them cached. Kept, the same run took
 # 29.5 CPU-seconds instead of 47 (measured 2026-12-02, 2-core host; ~640 entries, +4 MB).
 COMPILE_CACHE_MIN_SECONDS = 0.0
+_JAX_CACHE_SUFFIX = "-cache"  # jax._src.lru_cache's file names: <key>-cache (and <key>-atime)
+
+
+def prune_compile_cache(directory: str | Path, max_bytes: int = COMPILE_CACHE_MAX_BYTES) -> int:
+    """Remove the oldest-written entries of JAX's compilation cache in ``directory`` until what is
+    left holds at most 80% of ``max_bytes`` (nothing when it holds no more than ``max_bytes``).
+    Returns the bytes removed. One pass over the entries; an entry another process is reading
+    when it goes costs that process a compile (JAX treats a failed read as a miss)."""
+    entries = []
+    for path in Path(directory).glob(f"*{_JAX_CACHE_SUFFIX}"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        entries.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    if total <= max_bytes:
+        return 0
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total - removed <= 0.8 * max_bytes:
+            break
+        for stale in (path, path.with_name(path.name.removesuffix(_JAX_CACHE_SUFFIX) + "-atime")):
+            stale.unlink(missing_ok=True)
+        removed += size
+    return removed
 
 
 def setup_runtime_env() -> None:
@@ -76,7 +105,10 @@ def setup_runtime_env() -> None:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache_dir())
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:  # else JAX evicts, as the user asked
+        os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = "-1"  # JAX's eviction off: pruned here instead
+        if os.environ["JAX_COMPILATION_CACHE_DIR"]:
+            prune_compile_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
     min_seconds_chosen = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in os.environ
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(COMPILE_CACHE_MIN_SECONDS))
     if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly

@@ -185,3 +185,30 @@ def test_to_jsonable_takes_torch_tensors():
     from cookbook import core
 
     assert core.to_jsonable({"t": torch.tensor([[1.5, 2.0]]), "s": torch.tensor(3)}) == {"t": [[1.5, 2.0]], "s": 3}
+
+
+def test_the_compile_cache_is_pruned_oldest_first_once_per_process_not_on_every_write(tmp_path, monkeypatch):
+    """JAX's own eviction lists every entry on each write (quadratic in the entries): it stays
+    off (max size -1), and setup_runtime_env prunes the oldest-written entries to 80% of the cap."""
+    import time
+
+    d = tmp_path / "jax-compile"
+    d.mkdir()
+    now = time.time()
+    for i in range(10):  # 10 entries of 100 bytes, entry 0 the oldest
+        (d / f"k{i}-cache").write_bytes(b"x" * 100)
+        (d / f"k{i}-atime").write_bytes(b"t" * 8)
+        os.utime(d / f"k{i}-cache", (now - 100 + i, now - 100 + i))
+    assert core.prune_compile_cache(d, max_bytes=1000) == 0  # at the cap: nothing goes
+    assert core.prune_compile_cache(d, max_bytes=500) == 600  # down to 80% of 500: the 6 oldest
+    assert sorted(p.name for p in d.iterdir()) == sorted(f"k{i}-{s}" for i in range(6, 10) for s in ("cache", "atime"))
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(d))
+    monkeypatch.setattr(core.prune_compile_cache, "__defaults__", (300,))  # a cap of 300 bytes
+    core.setup_runtime_env()
+    assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"
+    assert sorted(p.name for p in d.glob("*-cache")) == ["k8-cache", "k9-cache"]
+    # A size the user chose is theirs: JAX evicts, nothing is pruned here.
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "100")
+    core.setup_runtime_env()
+    assert sorted(p.name for p in d.glob("*-cache")) == ["k8-cache", "k9-cache"]
