@@ -155,7 +155,10 @@ def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None,
     import transformers
 
     arch = json.loads((Path(model_dir) / "config.json").read_text())["architectures"][0]
-    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    # float64: transformers' default MoE kernel (torch grouped_mm, 26B-A4B's experts) takes no
+    # float64; its eager loop over the experts computes the same function (a no-op without experts).
+    kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
+    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=getattr(torch, dtype), **kwargs)
     if adapter_dir is not None:
         from peft import PeftModel
         from safetensors import safe_open
