@@ -14,6 +14,8 @@ TWINS = ("tiny_e2b", "tiny_26b_a4b")
 #   tiny_e2b, lr 3e-3 (the recipe's), 100-step schedule: 36% at step 80, 46% at step 100;
 #   tiny_26b_a4b learns later: 100 steps at lr 3e-3 2%, 120 steps at 4.5e-3 16%, 100 steps at
 #   6e-3 16% (the recipe's 240 steps: 91%).
+# These schedules, as the suite trains them: tiny_e2b 32% (16/50), tiny_26b_a4b 16% (8/50); eval
+# loss 7.28 -> 0.42 and 7.36 -> 0.50.
 # The last checkpoint but one is 2 steps before the end, so that resuming from it is cheap.
 SHORT_SCHEDULE = {
     "tiny_e2b": {"max_steps": 80, "warmup_steps": 10, "eval_every_steps": 80, "checkpoint_every_steps": 78},
