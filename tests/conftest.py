@@ -51,6 +51,14 @@ def tiny_26b_a4b_base() -> Path:
 
 
 @pytest.fixture(scope="session")
+def twin_run():
+    """``twin_run(name)``: the twin's short trained run (tests/twins.py), trained once per cache."""
+    import twins
+
+    return twins.run
+
+
+@pytest.fixture(scope="session")
 def mesh_4x2():
     """A 4 (fsdp) x 2 (tp) mesh over the 8 fake CPU devices."""
     from cookbook import mesh

@@ -9,6 +9,7 @@ error, and small numeric helpers.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,13 @@ def _float64_twin(script, peft_model, base_dir: Path, recipe_dir: Path, seed: in
     from transformers import AutoModelForCausalLM
 
     cfg = script.load_recipe(recipe_dir)
-    twin = script.apply_lora(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64), cfg["lora"],
-                             cfg["recipe"], seed=seed)
+    # 26B-A4B: transformers' default experts kernel (torch grouped_mm) takes no float64; its eager
+    # loop over the experts computes the same function.
+    hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
+    moe = (hf_cfg.get("text_config") or hf_cfg).get("enable_moe_block")
+    kwargs = {"experts_implementation": "eager"} if moe else {}
+    twin = script.apply_lora(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64, **kwargs),
+                             cfg["lora"], cfg["recipe"], seed=seed)
     src = dict(peft_model.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for name, param in twin.named_parameters(remove_duplicate=False):

@@ -133,8 +133,13 @@ def _lora_only(tree: Any) -> Any:
     return {}
 
 
-def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None) -> list[lora.LoraPair]:
-    """Read the LoRA tensors of ``layers`` (default: all) as numpy arrays, nothing else."""
+def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None, *,
+              model_level: bool | None = None) -> list[lora.LoraPair]:
+    """Read the LoRA tensors of ``layers`` (default: all) as numpy arrays, nothing else.
+
+    ``model_level``: also the model-level LoRA (E2B/E4B ``embedder.per_layer_model_projection``);
+    default: only when reading all layers.
+    """
     import jax
     import orbax.checkpoint as ocp
 
@@ -144,7 +149,7 @@ def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None) -> list[lor
         tree = ckptr.metadata(params).item_metadata.tree
         wanted = {str(i) for i in (layers if layers is not None else ckpt.layers)}
         sub = _lora_only({"layers": {k: v for k, v in tree["layers"].items() if str(k) in wanted}})
-        if layers is None:  # all: model-level LoRA too (E2B/E4B embedder.per_layer_model_projection)
+        if layers is None if model_level is None else model_level:
             sub.update(_lora_only({k: v for k, v in tree.items() if k != "layers"}))
         args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), sub)
         restored = ckptr.restore(params, args=ocp.args.PyTreeRestore(item=sub, restore_args=args,

@@ -100,34 +100,30 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     pairs = list(ckpt.pairs) if ckpt is not None else []
     if ckpt is not None:
         lora_lib.check_pairs_fit_preset(pairs, p, ckpt.rank)
-    model_level = [pair.where for pair in pairs if pair.layer is None]
-    if model_level:
-        raise ValueError(f"the LoRA adapts {model_level} (E2B/E4B's model-level per-layer-input projection), "
-                         "which the streamed merge does not handle yet: export a PEFT adapter instead "
-                         "(merge.export_peft / --peft-out), or train with targets that leave it out "
-                         "(e.g. the seven attention and MLP projections)")
     base_dir = Path(base_dir)
     refs: dict[str, shards.TensorRef] = {}
     metadata: dict[str, str] = {}
     for shard in sorted(set(models.read_checkpoint_index(base_dir).values())):
         tensors, metadata = shards.read_header(base_dir / shard)
         refs.update(tensors)
-    touched: dict[str, tuple[int, str]] = {}
+    touched: dict[str, tuple[int | None, str]] = {}
     first_shared = p.num_layers - p.num_kv_shared_layers
     for pair in pairs:
         for hf in lora_lib.TUNIX_TO_HF_MODULES[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
-            key = f"{prefix}layers.{pair.layer}.{hf}.weight"
+            # A model-level weight (E2B/E4B's per_layer_model_projection) is a plain Linear under
+            # the text model in transformers: merged like a layer's, from the PEFT factors.
+            key = f"{prefix}{hf}.weight" if pair.layer is None else f"{prefix}layers.{pair.layer}.{hf}.weight"
             ref = refs.get(key)
             if ref is None:
-                if pair.layer >= first_shared and hf.endswith(("k_proj", "v_proj")):
+                if pair.layer is not None and pair.layer >= first_shared and hf.endswith(("k_proj", "v_proj")):
                     continue  # KV-shared layer: transformers has no K/V weights there
-                raise ValueError(f"LoRA layers.{pair.layer}.{pair.module} updates {key}, which {base_dir} lacks")
+                raise ValueError(f"LoRA {pair.where} updates {key}, which {base_dir} lacks")
             want = hf_module_shape(pair, hf)
             if ref.shape != want:
                 raise ValueError(
-                    f"LoRA layers.{pair.layer}.{pair.module} gives a {want} update but {key} in "
+                    f"LoRA {pair.where} gives a {want} update but {key} in "
                     f"{base_dir} is {ref.shape}: the checkpoint was trained on another model"
                 )
             if ref.dtype not in shards.FLOAT_CODES:
@@ -172,14 +168,15 @@ class _LayerLoRA:
     def __init__(self, ckpt: LoraCheckpoint):
         self.ckpt = ckpt
         self.scale = np.float32(ckpt.alpha / ckpt.rank)
-        self.layer: int | None = None
+        self.layer: int | None = -1  # none read yet (None is the model level)
         self.factors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def update_fn(self, layer: int, hf: str) -> shards.RowFn:
+    def update_fn(self, layer: int | None, hf: str) -> shards.RowFn:
         def update(block: np.ndarray, start: int, scratch: np.ndarray) -> None:
             if self.layer != layer:
                 self.factors = {}
-                for pair in read_lora(self.ckpt, [layer]):
+                # layer None: the model-level LoRA alone (no decoder layer's)
+                for pair in read_lora(self.ckpt, [] if layer is None else [layer], model_level=layer is None):
                     for name, lora_a, lora_b in pair.peft_factors():
                         # alpha / rank folded into B once: (B * s) @ A == (A @ B).T * s
                         self.factors[name] = (lora_a.astype(np.float32), lora_b.astype(np.float32) * self.scale)

@@ -23,13 +23,15 @@ from cookbook.merge import _merge as merge
 
 
 def _lora_config(ckpt: merge.LoraCheckpoint, dropout: float = 0.0) -> lora_lib.LoraConfig:
-    names = sorted({hf.split(".")[-1] for p in ckpt.pairs for hf in lora_lib.TUNIX_TO_HF_MODULES[p.module]},
-                   key=lora_lib.HF_PROJECTIONS.index)
+    # Every projection the checkpoint adapts, by its PEFT name (``q_proj``, ``per_layer_input_gate``,
+    # ``router.proj``), in the table's order.
+    names = sorted({n for p in ckpt.pairs for n in lora_lib.TUNIX_TO_HF_ALL[p.module.replace(".", "/")]},
+                   key=lora_lib.ALL_HF_PROJECTIONS.index)
     return lora_lib.LoraConfig(rank=ckpt.rank, alpha=ckpt.alpha, dropout=dropout, targets=tuple(names))
 
 
 def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: str = "tiny", rank: int = 8,
-                         alpha: float = 16.0, targets: tuple[str, ...] = lora_lib.HF_PROJECTIONS,
+                         alpha: float = 16.0, targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS,
                          step: int = 1, b_std: float = 0.05, seed: int = 0) -> Path:
     """A LoRA training-run directory with random ``A`` and ``B``, as ``cookbook train`` lays it out."""
     import jax
@@ -48,7 +50,8 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     nnx.update(model, state)
     # The keys `cookbook train` writes (RUN_DIR/recipe.json and the checkpoints' metadata).
     recipe = {"model_preset": p.name, "base_dir": str(Path(base_dir).resolve()),
-              "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0, "targets": list(targets)}}
+              "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0,
+                       "targets": targets if isinstance(targets, str) else list(targets)}}
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.json").write_text(json.dumps(recipe, indent=2))
     manager = CheckpointManager(str(run_dir / "checkpoints"))
@@ -57,20 +60,22 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     return run_dir
 
 
-def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float = 16.0, seed: int = 0) -> Path:
+def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float = 16.0, seed: int = 0,
+                           targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS) -> Path:
     """``make_random_lora_run`` on the preset's cached base, itself cached under $COOKBOOK_CACHE."""
     import hashlib
 
     from cookbook import models
 
     base_dir = models.ensure_base(preset)
-    key = hashlib.sha256(json.dumps([str(base_dir.resolve()), rank, alpha, seed, 1]).encode()).hexdigest()[:10]
+    extra = [] if targets == lora_lib.HF_PROJECTIONS else [targets]  # the seven: the keys already cached
+    key = hashlib.sha256(json.dumps([str(base_dir.resolve()), rank, alpha, seed, 1, *extra]).encode()).hexdigest()[:10]
     run_dir = core.cache_root() / "lora_random" / f"{preset}-r{rank}-{key}"
     if not (run_dir / ".complete").is_file():
         import shutil
 
         shutil.rmtree(run_dir, ignore_errors=True)
-        make_random_lora_run(base_dir, run_dir, preset=preset, rank=rank, alpha=alpha, seed=seed)
+        make_random_lora_run(base_dir, run_dir, preset=preset, rank=rank, alpha=alpha, seed=seed, targets=targets)
         (run_dir / ".complete").write_text("")
     return run_dir
 
@@ -150,7 +155,10 @@ def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None,
     import transformers
 
     arch = json.loads((Path(model_dir) / "config.json").read_text())["architectures"][0]
-    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    # float64: transformers' default MoE kernel (torch grouped_mm, 26B-A4B's experts) takes no
+    # float64; its eager loop over the experts computes the same function (a no-op without experts).
+    kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
+    model = getattr(transformers, arch).from_pretrained(model_dir, dtype=getattr(torch, dtype), **kwargs)
     if adapter_dir is not None:
         from peft import PeftModel
         from safetensors import safe_open

