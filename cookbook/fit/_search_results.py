@@ -40,7 +40,8 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
     for res in results:
         name = res.best()
         if name is None:
-            rows.append({"slice": res.slice_name, "layout": None, "why": "no layout fits with margin"})
+            rows.append({"slice": res.slice_name, "layout": None,
+                         "why": "no layout fits with margin" if res.reports else "not compiled yet"})
             continue
         r = res.reports[name]
         cost = r.usd_per_million_tokens(pricing, overrides)
@@ -146,7 +147,7 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     Per row: whether a bf16 layout fits with margin, the recommended (training) layout and its
     per-chip HBM, FLOPs per token, the compiler's estimate and the CPU time its compiles took
-    (a probe-extrapolated layout: both probes); where nothing fits in bf16, what would (a
+    (wall seconds; a probe-extrapolated layout: both probes); where nothing fits in bf16, what would (a
     QLoRA base that fitted in the same search, remat where none was searched, the slices with
     more HBM per chip where it fits).
     """
@@ -160,10 +161,11 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for s in sorted(searches, key=lambda s: (hbm[s], s)):
             res = searches[s]
             name = res.best(base_only=True)
-            # fits: None where nothing was compiled for the slice (a search stopped for CPU time).
-            row: dict[str, Any] = {"preset": preset, "slice": s, "fits": (name is not None) if res.reports else None,
-                                   "layouts compiled": len(res.reports),
-                                   "search CPU s": round(sum(r.compile_s for r in res.reports.values()))}
+            compiled = any(r.compiles for r in res.reports.values())
+            # fits: None where no layout compiled for the slice (a search stopped for CPU time).
+            row: dict[str, Any] = {"preset": preset, "slice": s, "fits": (name is not None) if compiled else None,
+                                   "layouts compiled": sum(r.compiles for r in res.reports.values()),
+                                   "search compile s": round(sum(r.compile_s for r in res.reports.values()))}
             if name is not None:
                 r = res.reports[name]
                 row.update({"layout": name.split("/", 1)[1], "GiB/chip": round(r.total_bytes / 2**30, 1),
@@ -171,10 +173,15 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
                             round(r.step_flops_per_chip * r.chips / r.tokens_per_step / 1e9),
                             "est. tokens/s": round(r.estimated_tokens_per_s), "compile s": round(r.compile_s),
                             "depth": "extrapolated" if r.extrapolated_from else "full"})
-            row["what would fit"] = ("" if name is not None else _what_would_fit(res, searches, hbm) if res.reports
-                                     else f"not compiled yet: benchmarks/plan_search.py --preset {preset} --slices {s}")
+            row["what would fit"] = ("" if name is not None else _what_would_fit(res, searches, hbm) if compiled
+                                     else "; ".join([f"not compiled yet: benchmarks/plan_search.py --preset {preset} "
+                                                     f"--slices {s}", *_refused(res)]))
             rows.append(row)
     return rows
+
+
+def _refused(res: SearchResult) -> list[str]:
+    return [f"{n.split('/', 1)[1]} {r.error.split(':')[0]}" for n, r in res.reports.items() if not r.compiles]
 
 
 def _what_would_fit(res: SearchResult, searches: dict[str, SearchResult], hbm: dict[str, float]) -> str:
