@@ -161,6 +161,13 @@ def main() -> int:
         validation.append(fit.validate_extrapolation(full, _search.full_depth_report(c, probes)))
     data = fit.results_dict(results, machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
                             validation=validation if _search.probe_depths(base) else None)
+    # What the spaces hold that a --cached-only write left out (not compiled yet), per slice.
+    data["not_compiled"] = {}
+    for res in results:
+        wanted = {}
+        for space in res.spaces:
+            wanted |= fit.candidates(base.replace(slice_name=res.slice_name), space)
+        data["not_compiled"][res.slice_name] = sorted(set(wanted) - set(res.reports))
     out = fit.plan_results_path(preset)
     out.write_text(json.dumps(data, indent=2, sort_keys=True))
     print(f"wrote {out}")
