@@ -74,6 +74,10 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
     """
     data = load_plan_results(preset_name)
     recommended = data.get("recommended") or {}
+    if not recommended:
+        raise ValueError(f"no layout of {preset_name} that fits has been compiled yet ({plan_results_path(preset_name).name} "
+                         f"recommends none): compile its layout search with `benchmarks/plan_search.py --preset "
+                         f"{preset_name}` (or check one layout with `cookbook plan --preset {preset_name} --slice SLICE`)")
     slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or cheapest_recommended(recommended)
     if slice_name not in recommended:
         raise ValueError(f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
