@@ -15,8 +15,12 @@ under the cache root, so a stopped run resumes where it stopped.
 - ``gemma4_e2b``, ``gemma4_e4b``: compiled at full depth (their trailing KV-shared layers are
   not a repeat of the pattern the probes would extrapolate; ``fit.probe_depths``).
 
-The small sizes' spaces are small on purpose (the CPU time of a 2-core machine; see the
-figures beside each): the meshes their KV heads allow, with and without remat.
+The small sizes' spaces are small on purpose (the CPU time of a 2-core machine): the mesh their
+KV heads allow per chip count, per-decoder remat, and no remat on v5p-8. Measured on the shared
+2-core machine (load 7-18): a full-depth E2B compile (v6e-4) 19 min wall, ~10 CPU-min, 9.5 GB
+RSS; a 26B-A4B probe (v5p-8) 6-7 min wall at 6 or 12 layers, 5.4-8.0 GB; a full-depth E4B compile
+(v6e-4) had not finished after 45 min wall. The committed E2B, E4B and 26B-A4B files are partial,
+written with ``--cached-only`` when the CPU time ran out: each lists what is ``not_compiled``.
 
     .venv/bin/python benchmarks/plan_search.py                       # 31B, all four slices
     .venv/bin/python benchmarks/plan_search.py --preset gemma4_e2b --workers 1
