@@ -1,15 +1,29 @@
-"""The Gemma 4 31B layout search on the four single-host slices, and the cheapest slice.
+"""The Gemma 4 layout search on the four single-host slices, and the cheapest slice, per size.
 
-Runs ``cookbook.fit.search`` (deviceless TPU compiles at probe depths 6 and 12 layers,
-extrapolated to 60; see the module docstring) for each slice's search space below, checks
-the extrapolation against the full-depth compiles in ``plan_31b.json``, and writes
-``benchmarks/results/plan_search_31b.json``: the ranked layouts per slice, what was
-dropped and why, the recommended training layout per slice (what ``cookbook train --preset
-gemma4_31b`` runs) and the cheapest slice. Compiles are cached under the cache root, so a
-stopped run resumes where it stopped; with nothing cached it takes about 90 minutes on a
-2-core machine (two compiles at a time, 3-6 GB of RAM each).
+Runs ``cookbook.fit.search`` (deviceless TPU compiles; see its module docstring) for each
+slice's search space below, checks the probe extrapolation against full-depth compiles, and
+writes ``benchmarks/results/plan_search_<size>.json`` (``cookbook.fit.plan_results_path``):
+the ranked layouts per slice, what was dropped and why, the recommended training layout per
+slice (what ``cookbook train --preset P`` runs) and the cheapest slice. Compiles are cached
+under the cache root, so a stopped run resumes where it stopped.
 
-    .venv/bin/python benchmarks/plan_search.py              # all four slices
+- ``gemma4_31b``: probes at 6 and 12 layers extrapolated to 60, checked against the full-depth
+  compiles in ``plan_31b.json``; with nothing cached about 90 minutes on a 2-core machine
+  (two compiles at a time, 3-6 GB of RAM each).
+- ``gemma4_26b_a4b``: probes at 6 and 12 layers extrapolated to 30, checked against one
+  full-depth compile (``FULL_DEPTH_CHECKS``).
+- ``gemma4_e2b``, ``gemma4_e4b``: compiled at full depth (their trailing KV-shared layers are
+  not a repeat of the pattern the probes would extrapolate; ``fit.probe_depths``).
+
+The small sizes' spaces are small on purpose (the CPU time of a 2-core machine): the mesh their
+KV heads allow per chip count, per-decoder remat, and no remat on v5p-8. Measured on the shared
+2-core machine (load 7-18): a full-depth E2B compile (v6e-4) 19 min wall, ~10 CPU-min, 9.5 GB
+RSS; a 26B-A4B probe (v5p-8) 6-7 min wall at 6 or 12 layers, 5.4-8.0 GB; a full-depth E4B compile
+(v6e-4) had not finished after 45 min wall. The committed E2B, E4B and 26B-A4B files are partial,
+written with ``--cached-only`` when the CPU time ran out: each lists what is ``not_compiled``.
+
+    .venv/bin/python benchmarks/plan_search.py                       # 31B, all four slices
+    .venv/bin/python benchmarks/plan_search.py --preset gemma4_e2b --workers 1
     .venv/bin/python benchmarks/plan_search.py --slices v5p-8
 """
 
@@ -22,11 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-OUT = REPO / "benchmarks" / "results" / "plan_search_31b.json"
 FULL_DEPTH = REPO / "benchmarks" / "results" / "plan_31b.json"
 
 
-def spaces():
+def spaces_31b():
     from cookbook.fit import SearchSpace
 
     grid = dict(remats=("none", "decoder"), attentions=("dense", "splash512"), grow_batch=1)
@@ -59,9 +72,58 @@ def spaces():
     }
 
 
+def spaces_small(meshes: dict[int, tuple[int, int]], attention: str, *, try_splash: bool = False):
+    """Per slice: the mesh at the KV-head cap for its chip count, per-decoder remat; on v5p-8 (95 GB
+    chips) also no remat, and (``try_splash``) splash 512 once, to record why it does not lower."""
+    from cookbook.fit import SearchSpace
+
+    chips = {"v5e-8": 8, "v6e-4": 4, "v6e-8": 8, "v5p-8": 4}
+    out = {s: [SearchSpace(meshes=(meshes[n],), remats=("decoder",), attentions=(attention,), grow_batch=0)]
+           for s, n in chips.items()}
+    out["v5p-8"].append(SearchSpace(meshes=(meshes[4],), remats=("none",), attentions=(attention,), grow_batch=0))
+    if try_splash:
+        out["v5p-8"].append(SearchSpace(meshes=(meshes[4],), remats=("decoder",), attentions=("splash512",),
+                                        grow_batch=0))
+    return out
+
+
+def spaces(preset: str):
+    """Each slice's search spaces for ``preset``."""
+    if preset == "gemma4_31b":
+        return spaces_31b()
+    # E2B has one KV head (tp 1: fsdp over every chip, batch = chips); E4B and 26B-A4B two global
+    # KV heads (tp 2). E2B and E4B run dense attention: Tunix's splash path hands its transposed
+    # K/V to the KV-shared layers, which then refuse them at lowering (one row records it).
+    # Compiles of these sizes took 5-10 CPU-minutes each on this 2-core machine (full depth for
+    # E2B/E4B), so each slice gets the per-decoder layout and v5p-8 also the no-remat one.
+    return {
+        "gemma4_e2b": lambda: spaces_small({4: (4, 1), 8: (8, 1)}, "dense", try_splash=True),
+        "gemma4_e4b": lambda: spaces_small({4: (2, 2), 8: (4, 2)}, "dense", try_splash=True),
+        "gemma4_26b_a4b": lambda: spaces_small({4: (2, 2), 8: (4, 2)}, "splash512"),
+    }[preset]()
+
+
+# Layouts compiled at full depth to check the probe extrapolation against (31B: plan_31b.json).
+FULL_DEPTH_CHECKS = {
+    "gemma4_26b_a4b": [dict(slice_name="v5p-8", mesh_fsdp=2, mesh_tp=2, batch_size=2, remat="decoder",
+                            flash_attention=True, flash_block=512)],
+}
+
+
+def full_depth_checks(preset: str, base) -> list:
+    """The full-depth reports the extrapolation is checked against (committed or listed above)."""
+    from cookbook import fit
+
+    if preset == "gemma4_31b":
+        return [fit.report_from_dict(r) for r in json.loads(FULL_DEPTH.read_text())["results"].values()]
+    return [base.replace(model_preset=preset, **c) for c in FULL_DEPTH_CHECKS.get(preset, [])]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--slices", default=",".join(spaces()), help="comma-separated slices to search")
+    ap.add_argument("--preset", default="gemma4_31b", help="a released size: gemma4_31b, gemma4_26b_a4b, "
+                    "gemma4_e4b, gemma4_e2b")
+    ap.add_argument("--slices", default=None, help="comma-separated slices to search (default: all four)")
     ap.add_argument("--workers", type=int, default=2, help="compiles at a time (each its own process)")
     ap.add_argument("--cached-only", action="store_true",
                     help="compile nothing: write the results from the compiles already cached (a stopped search)")
@@ -72,20 +134,28 @@ def main() -> int:
     from cookbook import fit
     from cookbook.fit import _search
 
-    base = fit.PlanConfig(model_preset="gemma4_31b")  # rank 64 all-linear, 4096 tokens, AdamW: the paper's recipe
+    preset = args.preset
+    space_of = spaces(preset)
+    # Rank 64 all-linear, 4096 tokens, AdamW: the paper's recipe, for every size.
+    base = fit.PlanConfig(model_preset=preset)
     results = []
-    for slice_name in sorted(args.slices.split(","), key=lambda s: ("v6e-8" in s, s)):  # the slow 8-chip one last
+    slices = args.slices.split(",") if args.slices else list(space_of)
+    for slice_name in sorted(slices, key=lambda s: ("v6e-8" in s, s)):  # the slow 8-chip one last
         res = None
-        for space in spaces()[slice_name]:
-            one = fit.search("gemma4_31b", slice_name, space, base=base, workers=args.workers,
+        for space in space_of[slice_name]:
+            one = fit.search(preset, slice_name, space, base=base, workers=args.workers,
                              cached_only=args.cached_only)
             res = one if res is None else fit.merge_searches(res, one)
         results.append(res)
         print(f"\n{slice_name}:\n{fit.format_rows(res.rows())}", flush=True)
-    # The extrapolation against the full-depth compiles committed in plan_31b.json.
+    # The extrapolation against full-depth compiles of the same layouts.
     validation = []
-    for r in json.loads(FULL_DEPTH.read_text())["results"].values():
-        full = fit.report_from_dict(r)
+    for full in full_depth_checks(preset, base):
+        if isinstance(full, fit.PlanConfig):
+            got = fit.compile_all([full], workers=args.workers, cached_only=args.cached_only)
+            if full not in got:
+                continue
+            full = got[full]
         c = full.plan_config
         if c.num_layers or not full.compiles:
             continue
@@ -94,8 +164,17 @@ def main() -> int:
             continue
         validation.append(fit.validate_extrapolation(full, _search.full_depth_report(c, probes)))
     data = fit.results_dict(results, machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
-                                validation=validation)
-    OUT.write_text(json.dumps(data, indent=2, sort_keys=True))
+                            validation=validation if _search.probe_depths(base) else None)
+    # What the spaces hold that a --cached-only write left out (not compiled yet), per slice.
+    data["not_compiled"] = {}
+    for res in results:
+        wanted = {}
+        for space in res.spaces:
+            wanted |= fit.candidates(base.replace(slice_name=res.slice_name), space)
+        data["not_compiled"][res.slice_name] = sorted(set(wanted) - set(res.reports))
+    out = fit.plan_results_path(preset)
+    out.write_text(json.dumps(data, indent=2, sort_keys=True))
+    print(f"wrote {out}")
     print(json.dumps(data["cheapest"], indent=2))
     print(json.dumps(data["recommended"], indent=2))
     return 0

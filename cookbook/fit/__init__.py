@@ -65,6 +65,7 @@ from cookbook.fit._search import (  # noqa: F401
 )
 from cookbook.fit._search_results import (  # noqa: F401
     cheapest,
+    family_table,
     load_search,
     merge_searches,
     recommended_from,

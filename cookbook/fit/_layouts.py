@@ -24,10 +24,13 @@ SAFETY_MARGIN = 0.80  # a plan "fits with margin" when the per-chip total is und
 # labelled so wherever it is used.
 DEFAULT_MFU = 0.40
 # Which committed planner file holds each real preset's compiles.
-PLAN_RESULTS = {"gemma4_31b": "plan_search_31b.json"}
+PLAN_RESULTS = {"gemma4_31b": "plan_search_31b.json", "gemma4_26b_a4b": "plan_search_26b_a4b.json",
+                "gemma4_e4b": "plan_search_e4b.json", "gemma4_e2b": "plan_search_e2b.json"}
 # Full-depth compiles of a few layouts (benchmarks/plan_31b.py): what the search is checked against.
 FULL_DEPTH_RESULTS = {"gemma4_31b": "plan_31b.json"}
-# The slice a preset trains on by default: the paper's training slice.
+# The slice a preset trains on by default: the paper's training slice for 31B; for the other
+# sizes, the priced slice whose recommended (bf16) layout is cheapest per trained token in their
+# committed search (``recommended_training``).
 DEFAULT_TRAINING_SLICE = {"gemma4_31b": "v5p-8"}
 # A recommended layout in the training config's field names (``cookbook.train.TrainConfig``;
 # batch_size and seq_len are its ``data`` fields); committed files may use the planner's
@@ -67,11 +70,15 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
 
     Keys: ``slice``, :data:`LAYOUT_KEYS` (``batch_size`` is global, per micro-step), and
     what the pick was based on (``from``: the compiled report's name, ``hbm_fraction``).
-    ``slice_name=None``: the preset's default training slice.
+    ``slice_name=None``: the preset's default training slice (:data:`DEFAULT_TRAINING_SLICE`).
     """
     data = load_plan_results(preset_name)
     recommended = data.get("recommended") or {}
-    slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or next(iter(recommended), None)
+    if not recommended:
+        raise ValueError(f"no layout of {preset_name} that fits has been compiled yet ({plan_results_path(preset_name).name} "
+                         f"recommends none): compile its layout search with `benchmarks/plan_search.py --preset "
+                         f"{preset_name}` (or check one layout with `cookbook plan --preset {preset_name} --slice SLICE`)")
+    slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or cheapest_recommended(recommended)
     if slice_name not in recommended:
         raise ValueError(f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
                          f"(they cover: {', '.join(recommended) or 'none'})")
@@ -81,6 +88,13 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
         raise ValueError(f"{plan_results_path(preset_name)}: the {slice_name} recommendation lacks {missing}")
     return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS},
             "from": rec.get("from"), "hbm_fraction": rec.get("hbm_fraction")}
+
+
+def cheapest_recommended(recommended: dict[str, dict[str, Any]]) -> str | None:
+    """The priced slice whose recommendation costs least per trained token (fewer chips on a tie)."""
+    priced = [s for s, r in recommended.items() if r.get("usd_per_million_tokens") is not None]
+    return min(priced, key=lambda s: (round(recommended[s]["usd_per_million_tokens"], 6),
+                                      core.get_slice(s).num_chips, s), default=None)
 
 
 def recommended_table(preset_name: str = "gemma4_31b") -> list[dict[str, Any]]:

@@ -253,7 +253,11 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     base = dict(config=config.to_dict(), fsdp=fsdp, tp=tp, chips=chips, hbm_bytes=figures["hbm_bytes"],
                 peak_flops=figures["peak_flops"], mfu=config.mfu)
     t0 = time.perf_counter()
-    lowered, lora_count = lower_train_step(config, mesh, preset)
+    try:
+        lowered, lora_count = lower_train_step(config, mesh, preset)
+    except ValueError as e:  # a kernel that refuses the shapes (Tunix's splash on KV-shared layers)
+        return PlanReport(**base, compiles=False, error=f"does not lower: {compiler_reason(e)}",
+                          compile_s=time.perf_counter() - t0)
     constraints = count_sharding_constraints(lowered)
     try:
         with core.compile_cache_off():

@@ -116,7 +116,8 @@ class PlanReport:
     bytes_accessed: float = 0.0  # per chip per step, the compiler's cost_analysis()
     # cost_analysis()'s "optimal_seconds"; 0: not given (older reports). libtpu's deviceless cost
     # model sometimes answers a negative figure (every 31B layout compiled for v5e and v6e, the
-    # tiny no-remat step on v6e-8; never on v5p here): no estimate then, the floor alone.
+    # tiny no-remat step on v6e-8, E2B on v6e-4; on v5p only the 26B-A4B probes so far): no
+    # estimate then, the floor alone.
     compiler_step_s: float = 0.0
     # (la, lb): extrapolated to full depth from compiles at la and lb layers (cookbook.fit search)
     extrapolated_from: tuple[int, int] | None = None

@@ -40,7 +40,8 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
     for res in results:
         name = res.best()
         if name is None:
-            rows.append({"slice": res.slice_name, "layout": None, "why": "no layout fits with margin"})
+            rows.append({"slice": res.slice_name, "layout": None,
+                         "why": "no layout fits with margin" if res.reports else "not compiled yet"})
             continue
         r = res.reports[name]
         cost = r.usd_per_million_tokens(pricing, overrides)
@@ -139,3 +140,64 @@ def validate_extrapolation(full: PlanReport, extrapolated: PlanReport) -> dict[s
         f, e = getattr(full, k), getattr(extrapolated, k)
         out[k] = {"full": f, "extrapolated": e, "relative_error": (e - f) / f if f else None}
     return out
+
+
+def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per released size and single-host slice, from the committed searches (no compile).
+
+    Per row: whether a bf16 layout fits with margin, the recommended (training) layout and its
+    per-chip HBM, FLOPs per token, the compiler's estimate and the CPU time its compiles took
+    (wall seconds; a probe-extrapolated layout: both probes); where nothing fits in bf16, what would (a
+    QLoRA base that fitted in the same search, remat where none was searched, the slices with
+    more HBM per chip where it fits).
+    """
+    from cookbook import core
+    from cookbook.fit._layouts import PLAN_RESULTS, load_plan_results
+
+    rows = []
+    for preset in presets or tuple(PLAN_RESULTS):
+        searches = {r.slice_name: r for r in load_search(load_plan_results(preset))}
+        hbm = {s: core.get_slice(s).num_chips * core.get_slice(s).chip.hbm_bytes for s in searches}
+        for s in sorted(searches, key=lambda s: (hbm[s], s)):
+            res = searches[s]
+            name = res.best(base_only=True)
+            compiled = any(r.compiles for r in res.reports.values())
+            # fits: None where no layout compiled for the slice (a search stopped for CPU time).
+            row: dict[str, Any] = {"preset": preset, "slice": s, "fits": (name is not None) if compiled else None,
+                                   "layouts compiled": sum(r.compiles for r in res.reports.values()),
+                                   "search compile s": round(sum(r.compile_s for r in res.reports.values()))}
+            if name is not None:
+                r = res.reports[name]
+                row.update({"layout": name.split("/", 1)[1], "GiB/chip": round(r.total_bytes / 2**30, 1),
+                            "HBM %": round(100 * r.total_bytes / r.hbm_bytes), "GFLOP/token":
+                            round(r.step_flops_per_chip * r.chips / r.tokens_per_step / 1e9),
+                            "est. tokens/s": round(r.estimated_tokens_per_s), "compile s": round(r.compile_s),
+                            "depth": "extrapolated" if r.extrapolated_from else "full"})
+            row["what would fit"] = ("" if name is not None else _what_would_fit(res, searches, hbm) if compiled
+                                     else "; ".join([f"not compiled yet: benchmarks/plan_search.py --preset {preset} "
+                                                     f"--slices {s}", *_refused(res)]))
+            rows.append(row)
+    return rows
+
+
+def _refused(res: SearchResult) -> list[str]:
+    return [f"{n.split('/', 1)[1]} {r.error.split(':')[0]}" for n, r in res.reports.items() if not r.compiles]
+
+
+def _what_would_fit(res: SearchResult, searches: dict[str, SearchResult], hbm: dict[str, float]) -> str:
+    """For a slice where no bf16 layout fits: the QLoRA layout that did, remat, the slices that fit."""
+    compiled = [r for r in res.reports.values() if r.compiles]
+    smallest = min(compiled, key=lambda r: r.total_bytes, default=None)
+    out = []
+    if smallest is not None:
+        out.append(f"bf16 needs {min((r.total_bytes for r in compiled if not r.plan_config.quantize), default=0) / 2**30:.1f} "
+                   f"GiB/chip of {smallest.hbm_bytes / 2**30:.1f}")
+    if (q := res.best()) is not None:
+        r = res.reports[q]
+        out.append(f"QLoRA {r.plan_config.quantize}: {r.total_bytes / 2**30:.1f} GiB/chip ({q.split('/', 1)[1]})")
+    if not any(r.plan_config.remat != "none" for r in res.reports.values()):
+        out.append("remat (not searched here)")
+    elsewhere = [s for s in searches if s != res.slice_name and searches[s].best(base_only=True)]
+    if elsewhere:
+        out.append("bf16 fits on " + ", ".join(sorted(elsewhere, key=lambda s: (hbm[s], s))))
+    return "; ".join(out)

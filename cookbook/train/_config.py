@@ -131,6 +131,9 @@ def train_preset(name: str) -> TrainConfig:
     step) on the layout the layout search recommends for its training slice (mesh, micro-batch,
     remat, attention; gradient accumulation makes up the 8 sequences; see ``cookbook plan
     --preset gemma4_31b --recommended``).
+    ``gemma4_26b_a4b``, ``gemma4_e4b``, ``gemma4_e2b``: the same hyperparameters on their own
+    recommended layout (``benchmarks/results/plan_search_<size>.json``), on the slice
+    ``cookbook.fit.recommended_training`` defaults to for them.
     """
     if recipe_of(name) == "tiny" and name != "tiny":  # a random CPU twin: the CPU recipe on its structure
         return train_preset("tiny").replace(model_preset=name)
@@ -155,17 +158,20 @@ def train_preset(name: str) -> TrainConfig:
             eval_batches=2,
             checkpoint_every_steps=60,
         )
-    if name == "gemma4_31b":
+    if name in PAPER_RECIPE_PRESETS:
         # The layout the planner compiled and fit-checked for this preset's training slice
-        # (benchmarks/results/plan_search_31b.json via cookbook.fit.recommended_training): mesh,
+        # (benchmarks/results/plan_search_<size>.json via cookbook.fit.recommended_training): mesh,
         # micro-batch, sequence length, remat, splash attention and its block.
         layout = fit.recommended_training(name)
         # The paper's 8 sequences per optimizer step, whatever micro-batch the layout runs.
         if PAPER_SEQUENCES_PER_STEP % layout["batch_size"]:
             raise ValueError(f"the recommended micro-batch {layout['batch_size']} does not divide the paper's "
                              f"{PAPER_SEQUENCES_PER_STEP} sequences per optimizer step; regenerate the layout search")
+        # The paper's hyperparameters (arXiv 2605.25645, chosen for 31B on the same task and data).
+        # No size-specific values are published for this task, so the smaller sizes start from the
+        # same ones: the same objective, data and schedule, and a plan compiled at this rank.
         return TrainConfig(
-            model_preset="gemma4_31b",
+            model_preset=name,
             lora=lora_lib.LoraConfig(rank=64, alpha=64.0, dropout=0.05),
             data=data_lib.DataConfig(seq_len=layout["seq_len"], batch_size=layout["batch_size"], packing=True,
                                      seed=0),
@@ -189,7 +195,9 @@ def train_preset(name: str) -> TrainConfig:
     raise ValueError(f"No training preset {name!r}; choose one of {', '.join(TRAIN_PRESETS)}.")
 
 
-TRAIN_PRESETS = ("tiny", "gemma4_31b")
+# The released sizes: the paper's recipe on each size's committed recommended layout.
+PAPER_RECIPE_PRESETS = ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b")
+TRAIN_PRESETS = ("tiny", *PAPER_RECIPE_PRESETS)
 
 
 def recipe_of(model_preset: str) -> str | None:

@@ -252,6 +252,102 @@ def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
         rec["mesh_fsdp"], rec["mesh_tp"], rec["batch_size"], rec["remat"], rec["flash_attention"], rec["flash_block"])
 
 
+@pytest.mark.parametrize("preset", ["gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b"])
+def test_the_committed_search_of_each_other_size_is_ranked_checked_and_what_training_runs(preset):
+    """benchmarks/results/plan_search_<size>.json (benchmarks/plan_search.py --preset P): recomputed
+    from its own reports with today's code, it ranks and recommends what it says, every compiled
+    layout carries the LoRA count of the paper's recipe on that size, and training runs its pick."""
+    from cookbook import train
+
+    data = fit.load_plan_results(preset)
+    assert data["preset"] == preset and data["versions"]["libtpu"]
+    searches = {r.slice_name: r for r in fit.load_search(data)}
+    assert set(searches) == set(fit.SINGLE_HOST_SLICES)
+    probes = _search.probe_depths(fit.PlanConfig(model_preset=preset))
+    want_lora = lora.expected_lora_params(fit.preset_for(fit.PlanConfig(model_preset=preset)), fit.PlanConfig().lora)
+    # Every slice is in the file; a slice the search has not compiled yet (CPU time: a full-depth
+    # E2B/E4B compile took 10-20 CPU-minutes here) has no reports, and the family table says so.
+    table = {row["slice"]: row for row in fit.family_table([preset])}
+    if not any(r.compiles for res in searches.values() for r in res.reports.values()):
+        assert all(row["fits"] is None and "not compiled yet" in row["what would fit"] for row in table.values())
+        pytest.skip(f"{preset}: no layout compiled yet (benchmarks/plan_search.py --preset {preset})")
+    for s, res in searches.items():
+        if not res.reports:
+            assert table[s]["fits"] is None and "not compiled yet" in table[s]["what would fit"]
+        assert data["ranked"][s] == res.ranked  # stale if the estimate changed: rerun benchmarks/plan_search.py
+        assert data["dropped"][s] == res.rejected()
+        speeds = [res.reports[n].estimated_tokens_per_s for n in res.ranked]
+        assert speeds == sorted(speeds, reverse=True)
+        for r in res.reports.values():
+            assert r.plan_config.num_layers is None and r.plan_config.model_preset == preset
+            if r.compiles:
+                # E2B/E4B compile at full depth (KV-shared trailing layers), 26B-A4B from two probes.
+                assert (tuple(r.extrapolated_from) if r.extrapolated_from else None) == probes
+                assert r.lora_params == want_lora, (s, r.lora_params, want_lora)
+        for n in res.ranked:
+            r = res.reports[n]
+            assert r.fits_with_margin and r.estimated_step_s >= r.flop_floor_s > 0
+        assert data["recommended"].get(s, {}).get("from") == res.best(base_only=True)
+    assert fit.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
+    # The training recipe runs the recommendation of its default slice, exactly as compiled.
+    rec = fit.recommended_training(preset)
+    picked = fit.report_from_dict(data["results"][rec["from"]])
+    t = train.train_preset(preset)
+    assert fit.PlanConfig.from_train_config(t, rec["slice"]).replace(
+        mfu=picked.plan_config.mfu, lora=picked.plan_config.lora) == picked.plan_config.replace(
+        mesh_fsdp=picked.fsdp, mesh_tp=picked.tp, param_dtype="bfloat16")
+
+
+def test_the_26b_extrapolation_is_checked_against_a_full_depth_compile():
+    """26B-A4B is compiled at 6 and 12 layers and extrapolated to 30 (benchmarks/plan_search.py's
+    FULL_DEPTH_CHECKS names the layout compiled at full depth to check it)."""
+    data = fit.load_plan_results("gemma4_26b_a4b")
+    if not data.get("validation"):
+        pytest.skip("the full-depth 26B-A4B check is not compiled yet: benchmarks/plan_search.py --preset gemma4_26b_a4b")
+    for v in data["validation"]:
+        assert abs(v["flops_per_chip"]["relative_error"]) < 1e-4, v["layout"]  # linear in depth, as 31B
+        assert -0.05 < v["total_bytes"]["relative_error"] < 0.15, v["layout"]  # 31B's bounds
+        assert v["fits_with_margin"]["full"] == v["fits_with_margin"]["extrapolated"], v["layout"]
+
+
+@pytest.mark.parametrize("preset", ["gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b"])
+def test_every_released_size_shows_its_training_config_with_no_weights_and_no_tpu(preset, capsys, monkeypatch):
+    from cookbook import harness, models, train
+
+    monkeypatch.setattr(models, "ensure_base", lambda *a, **k: pytest.fail("--show-config fetched weights"))
+    assert train.recipe_of(preset) == preset
+    if not fit.load_plan_results(preset)["recommended"]:
+        # A size whose search has compiled nothing that fits yet (the CPU time of this machine):
+        # refused in one line that names the command that compiles it, never a made-up layout.
+        assert harness.main(["train", "--preset", preset, "--show-config"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert f"benchmarks/plan_search.py --preset {preset}" in err and len(err.splitlines()) == 1, err
+        pytest.skip(f"{preset}: no layout compiled yet, so no recipe (refused with the command that compiles one)")
+    assert harness.main(["train", "--preset", preset, "--show-config"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == train.train_preset(preset).to_dict() and shown["model_preset"] == preset
+    rec = fit.recommended_training(preset)
+    assert (shown["mesh_fsdp"], shown["mesh_tp"], shown["data"]["batch_size"], shown["remat"]) == (
+        rec["mesh_fsdp"], rec["mesh_tp"], rec["batch_size"], rec["remat"])
+    assert shown["data"]["batch_size"] * shown["grad_accum_steps"] == 8  # the paper's 8 sequences per step
+
+
+def test_the_family_table_has_every_size_on_every_slice_and_says_what_would_fit():
+    rows = fit.family_table()
+    assert {(r["preset"], r["slice"]) for r in rows} == {
+        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES}
+    for r in rows:
+        rec = fit.load_plan_results(r["preset"])["recommended"].get(r["slice"])
+        assert r["fits"] == (rec is not None) or (r["fits"] is None and rec is None)
+        if r["fits"]:
+            assert r["layout"] == rec["from"].split("/", 1)[1] and 0 < r["HBM %"] <= 80 and not r["what would fit"]
+        else:
+            assert r["what would fit"]
+    # 31B on v5e-8 fits only with a quantized base (benchmarks/results/plan_search_31b.json).
+    v5e = next(r for r in rows if (r["preset"], r["slice"]) == ("gemma4_31b", "v5e-8"))
+    assert not v5e["fits"] and "QLoRA int8" in v5e["what would fit"]
+
+
 @pytest.mark.slow
 def test_compiles_run_in_child_processes_and_a_dead_child_costs_one_row(monkeypatch):
     import sys
