@@ -133,7 +133,7 @@ main_env() {
     rm -f "$VENV/.cookbook-stamp"
     # Its own paths: the scripts' #! lines and the activate scripts name the directory (sed writes
     # new files, so the build's stay as they are).
-    grep -rlIZ -F "$built" "$VENV/bin" | xargs -0 -r sed -i "s|$built|$abs|g"
+    { grep -rlIZ -F "$built" "$VENV/bin" || true; } | xargs -0 -r sed -i "s|$built|$abs|g"
     say "$VENV: a copy of $built"
   fi
   pip_q install -q --no-deps -e .
