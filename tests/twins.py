@@ -11,19 +11,24 @@ from __future__ import annotations
 TWINS = ("tiny_e2b", "tiny_26b_a4b")
 # Per twin: the recipe's changes. Measured with 8 fake CPU devices (as the suite runs), greedy
 # exact match on the first 50 held-out prompts, the base (LoRA B = 0) at 0/50 on both:
-#   tiny_e2b, lr 3e-3 (the recipe's), 100-step schedule: 36% at step 80, 46% at step 100;
+#   tiny_e2b, lr 3e-3 (the 240-step recipe's; the recipe's is 4e-3 since 2026-12-02, and this
+#   schedule keeps what was measured), 100-step schedule: 36% at step 80, 46% at step 100;
 #   tiny_26b_a4b learns later: 100 steps at lr 3e-3 2%, 120 steps at 4.5e-3 16%, 100 steps at
-#   6e-3 16% (the recipe's 240 steps: 91%).
-# These schedules, as the suite trains them: tiny_e2b 32% (16/50), tiny_26b_a4b 16% (8/50); eval
-# loss 7.28 -> 0.42 and 7.36 -> 0.50.
+#   6e-3 16%, 160 steps at 6e-3 74% (76 s of training; the 240-step recipe at 3e-3: 91%).
+# These schedules, as the suite trains them: tiny_e2b 32% (16/50), eval loss 7.28 -> 0.42;
+# tiny_26b_a4b (160 steps) 74% (37/50), eval loss 7.36 -> 0.36. The MoE twin's steps are a third
+# of the E2B twin's cost (0.35 s against 1.0 s here), so it gets the longer schedule.
 # The last checkpoint but one is 2 steps before the end, so that resuming from it is cheap.
 SHORT_SCHEDULE = {
-    "tiny_e2b": {"max_steps": 80, "warmup_steps": 10, "eval_every_steps": 80, "checkpoint_every_steps": 78},
-    "tiny_26b_a4b": {"max_steps": 100, "warmup_steps": 10, "learning_rate": 6e-3, "eval_every_steps": 100,
-                     "checkpoint_every_steps": 98},
+    "tiny_e2b": {"max_steps": 80, "warmup_steps": 10, "learning_rate": 3e-3, "eval_every_steps": 80,
+                 "checkpoint_every_steps": 78},
+    "tiny_26b_a4b": {"max_steps": 160, "warmup_steps": 10, "learning_rate": 6e-3, "eval_every_steps": 160,
+                     "checkpoint_every_steps": 158},
 }
-# Asserted: clearly above the base's 0, with room for the run-to-run spread of another CPU.
-MIN_TUNED_EXACT_MATCH = {"tiny_e2b": 0.2, "tiny_26b_a4b": 0.08}
+# Asserted: clearly above the base's 0, with room for the run-to-run spread of another CPU (about
+# half of what was measured here: float32 rounding differs with the thread count and the tiny
+# recipes amplify it; cookbook.train.result_determinants).
+MIN_TUNED_EXACT_MATCH = {"tiny_e2b": 0.2, "tiny_26b_a4b": 0.4}
 
 
 def config(name: str):
