@@ -34,9 +34,9 @@ clipping                      none unless set                     ``max_grad_nor
 and stay together over AdamW steps.
 
 End to end on CPU (one "GPU", no FSDP, torch on one thread): ``train_gpu.py`` on the tiny
-recipe (240 steps of 8 packed rows) ended at train / eval loss 0.111 / 0.1105 where the
-Tunix run of the same config ended at 0.109 / 0.109, and decoded 100 of 100 held-out
-prompts exactly (8.4 min on a busy 2-core machine).
+recipe (200 steps of 8 packed rows, 2026-12-02) ended at train / eval loss 0.111 / 0.110 where
+the Tunix run of the same config ended at 0.111 / 0.112, decoded 100 of 100 held-out prompts
+exactly and scored pass@1 98.8% (n = 5 at T = 0.8; 4 min on a 2-core machine beside a compile).
 
 Written by hand: only the translation between the two stacks' configuration vocabularies;
 the training itself is TRL's, PEFT's and accelerate's.

@@ -326,7 +326,7 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     """The tiny recipe on an nf4 base (tile 32): held-out exact match at least 80%, beside the
     bf16 LoRA run's (the suite's cached run) and the untrained base's (the control); and a copy
     of the run with its last checkpoint removed resumes from the one before to the same weights
-    (checkpointed 2 steps before the end, so that the resume retrains 2 nf4 steps, not 40)."""
+    (checkpointed 2 steps before the end, so that the resume retrains 2 nf4 steps, not 50)."""
     import shutil
 
     lora_run = train.ensure_trained(train.train_preset("tiny"), progress=False)
