@@ -58,23 +58,24 @@ fi
 # cache, its notebooks in two lanes, ~8-12 minutes beside the first stream) and the browser test
 # of its report, then the structural twins' train -> merge -> serve -> GPU-parity tests (their
 # two short runs, ~10 CPU-minutes; moved here with the twins' arrival, 2026-12-02, while the
-# multi-process tests moved to the first stream), then the TPU-host pass, then the QLoRA accuracy
-# test (a 240-step nf4 run). None of them shares state with the first stream but the base
-# checkpoints and the tiny bf16 fine-tune the QLoRA test compares with, whose builds are locked.
+# multi-process tests moved to the first stream) and notebook 08's papermill test (moved to even
+# the streams), then the TPU-host pass, then the QLoRA accuracy test (a 200-step nf4 run). None of
+# them shares state with the first stream but the base checkpoints and the tiny bf16 fine-tune
+# (the QLoRA test compares with it, notebook 08 serves it), whose builds are locked.
 # Their output follows the first stream's.
 QLORA_TEST=tests/train/test_train.py::test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora
-TWIN_TESTS=(tests/train/test_train_twins.py tests/merge/test_merge_twins.py tests/serve/test_serve_twins.py
-            tests/gpu/test_parity_twins.py)
+LATER_TESTS=(tests/train/test_train_twins.py tests/merge/test_merge_twins.py tests/serve/test_serve_twins.py
+             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py)
 SIDE_TESTS=(tests/harness/test_make_demo.py tests/harness/test_browser.py::test_report_in_a_browser
-            "${TWIN_TESTS[@]}" "$QLORA_TEST")
+            "${LATER_TESTS[@]}" "$QLORA_TEST")
 side_stream() {  # runs in its own subshell (&): niced, and everything it starts with it
   local rc=0
   renice -n 10 -p "$BASHPID" >/dev/null
   echo "run_tests: the main job's tests"
   "$VENV/bin/pytest" "${SIDE_TESTS[@]:0:2}" -p no:cacheprovider --durations=5 \
     || { rc=$?; echo "run_tests: the main job's tests FAILED (exit $rc)"; }
-  "$VENV/bin/pytest" "${TWIN_TESTS[@]}" -p no:cacheprovider --durations=10 \
-    || { rc=$?; echo "run_tests: the twins' tests FAILED (exit $rc)"; }
+  "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=10 \
+    || { rc=$?; echo "run_tests: the twins' and notebook 08's tests FAILED (exit $rc)"; }
   tpu_host_pass || { rc=$?; echo "run_tests: the TPU-host pass FAILED (exit $rc)"; }
   "$VENV/bin/pytest" "$QLORA_TEST" -p no:cacheprovider --durations=5 \
     || { rc=$?; echo "run_tests: the QLoRA test FAILED (exit $rc)"; }
@@ -87,10 +88,10 @@ side_pid=$!
 set +m
 trap 'kill -- -$side_pid 2>/dev/null || true' EXIT
 main_rc=0
-ignore_twins=()
-for t in "${TWIN_TESTS[@]}"; do ignore_twins+=(--ignore="$t"); done
+ignore_later=()
+for t in "${LATER_TESTS[@]}"; do ignore_later+=(--ignore="$t"); done
 "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
-  "${ignore_twins[@]}" --deselect tests/harness/test_browser.py::test_report_in_a_browser \
+  "${ignore_later[@]}" --deselect tests/harness/test_browser.py::test_report_in_a_browser \
   --deselect "$QLORA_TEST" \
   || main_rc=$?
 side_rc=0
