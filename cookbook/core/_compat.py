@@ -11,6 +11,7 @@ Checked against jax/jaxlib 0.10.2, flax 0.12.8, google-tunix 0.1.7, qwix 0.1.8.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator
@@ -116,7 +117,8 @@ def tunix_einsum_accepts_quantized() -> bool:
     every attention projection of a quantized model fails while the MLP (``nnx.Linear``)
     works. The replacement casts the quantized weight's dequantisation scale instead
     (``QArray.astype``'s meaning) and calls the original for every plain array, so an
-    unquantized model computes exactly what it did. ``tests/core/test_compat.py`` checks
+    unquantized model computes exactly what it did. A weight Tunix scales (``w_scale``: E2B/E4B's
+    ``per_layer_model_projection``) gets the scale folded into its quantization scales. ``tests/core/test_compat.py`` checks
     that the original still fails: when Tunix fixes it upstream, that test says to drop this.
     Returns True when it installed the patch, False when it was already installed.
     """
@@ -133,11 +135,14 @@ def tunix_einsum_accepts_quantized() -> bool:
         w = self.w  # Qwix PTQ puts its WithAux in the Param's place; an unquantized model keeps a Param
         if not isinstance(w, ptq.WithAux):
             return original(self, x)
+        array = w.array.astype(self.dtype)
         if self.w_scale is not None:
-            raise NotImplementedError(f"Einsum {self.einsum_str!r} scales its weight (w_scale); "
-                                      "leave it out of the quantized weights")
-        w = w.replace(array=w.array.astype(self.dtype))
-        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w)
+            # Tunix multiplies the weight by w_scale before its einsum (E2B/E4B's model-level
+            # per_layer_model_projection); on a quantized weight that is a multiply of its scales:
+            # (q - zero_point) * scale * w_scale dequantizes to the scaled weight, and a LoRA on
+            # this einsum stays unscaled, as on the unquantized model.
+            array = dataclasses.replace(array, scale=array.scale * jnp.asarray(self.w_scale, array.scale.dtype))
+        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w.replace(array=array))
 
     __call__._cookbook_quantized_ok = True  # type: ignore[attr-defined]
     __call__.__wrapped__ = original  # type: ignore[attr-defined]

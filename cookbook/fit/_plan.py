@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core, models
+from cookbook import lora as lora_lib
 from cookbook.fit import _step as step_lib
 from cookbook.fit._kernels import splash_kernel_flops_per_chip
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
@@ -176,6 +177,7 @@ def check_config(config: PlanConfig, preset: models.ModelPreset, fsdp: int, tp: 
     # mesh.validate_mesh names the dimension that does not divide (heads, batch: trap 6)
     mesh_lib.validate_mesh(preset, fsdp, tp, config.batch_size, num_devices=chips)
     models.get_remat_choice(config.remat)
+    lora_lib.check_quant_tile(preset, config.quantize, config.quant_tile)  # QLoRA: the tile, no experts
     if config.flash_attention and config.seq_len % config.flash_block:
         raise ValueError(f"flash attention needs seq_len ({config.seq_len}) to be a multiple of "
                          f"flash_block ({config.flash_block})")

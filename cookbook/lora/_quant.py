@@ -115,6 +115,15 @@ def check_quant_tile(preset: str | models.ModelPreset, quantize: str | None, til
         return
     qwix_qtype(quantize)
     p = models.get_preset(preset)
+    if p.is_moe:
+        # Tunix runs the experts through ragged_dot, which Qwix's PTQ provider (the QLoRA base)
+        # does not intercept: only attention and the dense branch would be quantized, and
+        # quantized_weights() would meet the MoE block itself (no `w`). Found compiling the
+        # 26B-A4B plan on v5e-8 with nf4 (2026-12-02): an AttributeError deep in the compile.
+        raise ValueError(f"QLoRA ({quantize}) on {p.name}: its {p.num_experts} experts per layer run through "
+                         "ragged_dot, which Qwix's quantization does not reach, so most of its weights would stay "
+                         "bf16. Train it in bf16 on a slice where it fits (`cookbook plan --preset "
+                         f"{p.name} --cheapest`), or QLoRA a dense size")
     if tile is None:
         if quantize == "nf4":
             raise ValueError(f"nf4 needs a tile size (QLoRA uses 64, Tunix 128); {p.name} takes "

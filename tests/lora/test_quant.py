@@ -78,6 +78,68 @@ def test_a_tile_that_does_not_divide_is_refused_before_anything_is_built():
     assert lora.working_tiles("gemma4_31b") == [32, 64, 128, 256]
 
 
+def test_qlora_on_the_moe_is_refused_in_one_line_before_anything_is_built(capsys):
+    """The experts run through ragged_dot, which Qwix's PTQ does not reach: refused by name, from
+    the tile check, the train config, the CLI and the planner alike (it used to die in the compile
+    with an AttributeError on the MoE block). bf16 on the same twin is not refused."""
+    from cookbook import fit, harness, train
+
+    for preset in ("tiny_26b_a4b", "gemma4_26b_a4b"):
+        for q in ("nf4", "int8"):
+            with pytest.raises(ValueError, match=rf"QLoRA \({q}\) on {preset}: its \d+ experts .*ragged_dot"):
+                lora.check_quant_tile(preset, q, 32)
+    with pytest.raises(ValueError, match="experts"):
+        train.train_preset("tiny_26b_a4b").replace(quantize="nf4", quant_tile=32)
+    lora.check_quant_tile("tiny_26b_a4b", None, 32)
+    lora.check_quant_tile("tiny_e2b", "nf4", 32)  # per-layer inputs and KV sharing: no experts
+    assert harness.main(["train", "--preset", "tiny_26b_a4b", "--quantize", "nf4", "--out", "unused"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "ragged_dot" in err and len(err.splitlines()) == 1, err
+    with pytest.raises(ValueError, match="experts"):  # before any compile (the planner's check)
+        fit.plan(fit.PlanConfig(model_preset="gemma4_26b_a4b", slice_name="v5e-8", batch_size=4, quantize="nf4"),
+                 use_cache=False)
+
+
+def test_qlora_on_the_e2b_twin_scales_the_quantized_per_layer_projection_as_tunix_does():
+    """E2B/E4B's model-level ``per_layer_model_projection`` is an Einsum whose weight Tunix scales
+    (``w_scale`` = embed_dim ** -0.5) before the einsum. Quantized, the scale goes into the
+    quantization scales (it used to raise NotImplementedError, so no QLoRA model of E2B/E4B could be
+    built): the nf4 model's logits are those of the same model with every quantized weight replaced
+    by Qwix's dequantization of it; the control drops that one scale and lands far away."""
+    from flax import nnx
+    from qwix._src.core import qarray
+    from qwix._src.providers import ptq
+    from tunix.models.gemma4 import model as gemma4
+
+    p = models.get_preset("tiny_e2b")
+    cfg = lora.LoraConfig(rank=4, alpha=8.0)
+
+    def build(quantize):
+        base = gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0))
+        return lora.apply_lora(base, cfg, preset=p, quantize=quantize, quant_tile=32)
+
+    qmodel, dense = build("nf4"), build(None)
+    modules = dict(dense.iter_modules())
+    replaced = 0
+    for path, mod in qmodel.iter_modules():
+        w = mod.kernel if isinstance(mod, nnx.Linear) else getattr(mod, "w", None)
+        if isinstance(w, ptq.WithAux):
+            target = modules[path]
+            param = target.kernel if isinstance(target, nnx.Linear) else target.w
+            param.value = qarray.dequantize(w.array).astype(param.value.dtype)
+            replaced += 1
+    projection = dense.embedder.per_layer_model_projection
+    assert replaced > 1 and isinstance(qmodel.embedder.per_layer_model_projection.w, ptq.WithAux)
+    tokens = np.arange(1, 9, dtype=np.int32)[None]
+    got, want = models.tunix_logits(qmodel, tokens), models.tunix_logits(dense, tokens)
+    scale = float(np.abs(want).max())
+    # Measured 2.8e-6 of the largest logit (float32 rounding: Qwix dequantizes inside the einsum);
+    # the bound is ~35 x that, the control below is 0.96.
+    assert np.abs(got - want).max() < 1e-4 * scale
+    projection.w_scale = None  # the control: the same weights without Tunix's scale
+    assert np.abs(models.tunix_logits(dense, tokens) - want).max() > 1e-2 * scale
+
+
 def test_the_train_config_refuses_a_bad_tile_and_the_cli_flags_reach_it():
     from cookbook import train
 
