@@ -156,7 +156,9 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     rows = []
     for preset in presets or tuple(PLAN_RESULTS):
-        searches = {r.slice_name: r for r in load_search(load_plan_results(preset))}
+        data = load_plan_results(preset)
+        searches = {r.slice_name: r for r in load_search(data)}
+        why = data.get("not_compiled_why") or {}  # what the host that searched could not compile
         hbm = {s: core.get_slice(s).num_chips * core.get_slice(s).chip.hbm_bytes for s in searches}
         for s in sorted(searches, key=lambda s: (hbm[s], s)):
             res = searches[s]
@@ -174,8 +176,9 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
                             "est. tokens/s": round(r.estimated_tokens_per_s), "compile s": round(r.compile_s),
                             "depth": "extrapolated" if r.extrapolated_from else "full"})
             row["what would fit"] = ("" if name is not None else _what_would_fit(res, searches, hbm) if compiled
-                                     else "; ".join([f"not compiled yet: benchmarks/plan_search.py --preset {preset} "
-                                                     f"--slices {s}", *_refused(res)]))
+                                     else "; ".join([f"not compiled yet{f' ({why[s]})' if s in why else ''}: "
+                                                     f"benchmarks/plan_search.py --preset {preset} --slices {s}",
+                                                     *_refused(res)]))
             rows.append(row)
     return rows
 
@@ -195,6 +198,9 @@ def _what_would_fit(res: SearchResult, searches: dict[str, SearchResult], hbm: d
     if (q := res.best()) is not None:
         r = res.reports[q]
         out.append(f"QLoRA {r.plan_config.quantize}: {r.total_bytes / 2**30:.1f} GiB/chip ({q.split('/', 1)[1]})")
+    for r in res.reports.values():  # a QLoRA layout refused (26B-A4B's experts): why, in its first sentence
+        if r.plan_config.quantize and not r.compiles and "refused before compiling: " in (r.error or ""):
+            out.append(r.error.split("refused before compiling: ", 1)[1].split(". ", 1)[0])
     if not any(r.plan_config.remat != "none" for r in res.reports.values()):
         out.append("remat (not searched here)")
     elsewhere = [s for s in searches if s != res.slice_name and searches[s].best(base_only=True)]
