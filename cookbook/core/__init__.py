@@ -12,6 +12,8 @@ from cookbook.core._compat import (  # noqa: E402, F401
     fast_abstract_tracing,
     last_buffered_train_loss,
     qwix_finds_quantized_weights_when_tracing,
+    qwix_lora_grads_as_is,
+    qwix_lora_grads_for_cpu,
     qwix_tie_dequantization,
     scalar_listeners,
     tunix_activation_sharding,

@@ -220,6 +220,80 @@ def qwix_tie_dequantization(provider) -> Any:
     return provider
 
 
+_LORA_GRADS_AS_QWIX = [0]  # depth of open qwix_lora_grads_as_is(True) blocks
+
+
+def qwix_lora_grads_for_cpu() -> bool:
+    """On CPU, the LoRA weight gradients of Qwix's ``dot_general`` path in XLA CPU's own layout; idempotent.
+
+    Qwix 0.1.8 computes an ``nnx.Linear``'s LoRA (the MLP's gate, up and down projections) as
+    ``dot(dot(x, A), B)`` in ``qwix._src.providers.lora._compute_lora_delta``. From JAX's transpose
+    rule, XLA CPU (jaxlib 0.10.2) gets dB and dA as dots whose large operand (the activation
+    gradient, the activation: tokens x ffn) it transposes in a loop fusion that recomputes the
+    GELU and gate product in transposed order: 44% of the tiny train step's CPU time. The
+    replacement (a ``custom_vjp``, same math) takes that operand as the right-hand side in its
+    own layout (dA as the transpose of dot(dA-gradient, x)): the tiny step 0.37 -> 0.24 s. Only
+    while tracing for CPU and outside :func:`qwix_lora_grads_as_is`; a TPU host, and the
+    planner's deviceless TPU compiles, trace Qwix's own code. Other shapes (batch axes, several
+    contracting axes) go to the original. ``tests/core/test_compat.py`` checks the gradients
+    and the compiled step. Returns True when it installed the patch, False when already installed.
+    """
+    import jax
+    from qwix._src.providers import lora as qwix_lora
+
+    if getattr(qwix_lora._compute_lora_delta, "_cookbook_cpu_grads", False):
+        return False
+    original = qwix_lora._compute_lora_delta
+
+    def dot(x, y, contract, precision):  # contract x's axes `contract` with y's leading axes
+        return jax.lax.dot_general(x, y, ((contract, tuple(range(len(contract)))), ((), ())), precision=precision)
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+    def delta(x, a, b, precision):
+        return dot(dot(x, a, (x.ndim - 1,), precision), b, (x.ndim - 1,), precision)
+
+    def fwd(x, a, b, precision):
+        xa = dot(x, a, (x.ndim - 1,), precision)
+        return dot(xa, b, (x.ndim - 1,), precision), (x, a, b, xa)
+
+    def bwd(precision, res, g):
+        x, a, b, xa = res
+        lead = tuple(range(x.ndim - 1))
+        g_xa = jax.lax.dot_general(g, b, (((g.ndim - 1,), (1,)), ((), ())), precision=precision)
+        d_b = jax.lax.dot_general(xa, g, ((lead, lead), ((), ())), precision=precision)
+        d_a = jax.lax.dot_general(g_xa, x, ((lead, lead), ((), ())), precision=precision).T
+        d_x = jax.lax.dot_general(g_xa, a, (((g.ndim - 1,), (1,)), ((), ())), precision=precision)
+        return d_x.astype(x.dtype), d_a.astype(a.dtype), d_b.astype(b.dtype)
+
+    delta.defvjp(fwd, bwd)
+
+    def _compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape,
+                            rank, precision=None):
+        simple = (not batch_shape and len(contract_shape) == 1 and len(remain_shape) == 1
+                  and tuple(lhs_ca) == (lhs.ndim - 1,) and lora_a.ndim == 2 and lora_b.ndim == 2)
+        if simple and not _LORA_GRADS_AS_QWIX[0] and jax.default_backend() == "cpu":
+            return delta(lhs, lora_a, lora_b, precision)
+        return original(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank,
+                        precision=precision)
+
+    _compute_lora_delta._cookbook_cpu_grads = True  # type: ignore[attr-defined]
+    _compute_lora_delta.__wrapped__ = original  # type: ignore[attr-defined]
+    qwix_lora._compute_lora_delta = _compute_lora_delta
+    return True
+
+
+@contextlib.contextmanager
+def qwix_lora_grads_as_is(enabled: bool = True) -> Iterator[None]:
+    """Trace Qwix's own LoRA gradients inside the block (``enabled``): for a program compiled for
+    another platform from a CPU process (the planner's TPU compiles), which must be the program
+    a TPU host runs (:func:`qwix_lora_grads_for_cpu`)."""
+    _LORA_GRADS_AS_QWIX[0] += bool(enabled)
+    try:
+        yield
+    finally:
+        _LORA_GRADS_AS_QWIX[0] -= bool(enabled)
+
+
 def tunix_gemma4_key_mapping(config) -> dict[str, Any]:
     """Tunix's Gemma 4 safetensors name map (HF key regex -> (Tunix path, transform)).
 
@@ -323,6 +397,7 @@ def check() -> dict[str, bool]:
     from qwix._src.core import dot_general as qdot
     from qwix._src.core import einsum as qeinsum
     from qwix._src.core import qarray
+    from qwix._src.providers import lora as qwix_lora
     from qwix._src.providers import ptq
     from qwix._src.utils import flax_util
     from tunix.models.gemma4 import model as gemma4_model
@@ -333,6 +408,9 @@ def check() -> dict[str, bool]:
 
     block_src = inspect.getsource(gemma4_model.DecoderLayer.block)
     return {
+        "qwix._src.providers.lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, ...)":
+            list(inspect.signature(qwix_lora._compute_lora_delta).parameters)[:9] == [
+                "lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape", "remain_shape", "rank"],
         "qwix._src.utils.flax_util.find_param and get_current_module":
             callable(getattr(flax_util, "find_param", None)) and callable(getattr(flax_util, "get_current_module", None)),
         "tunix.sft.peft_trainer._default_loss_fn": callable(getattr(peft_trainer, "_default_loss_fn", None)),

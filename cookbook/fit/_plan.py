@@ -140,8 +140,9 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
         None,
     )
     jitted = jax.jit(step, out_shardings=out_shardings, donate_argnums=(0, 2))
+    on_cpu = mesh.devices.flat[0].platform == "cpu"  # else the program a TPU host runs: Qwix's own gradients
     with (core.tunix_activation_sharding(mesh, config.patch_activation_sharding),
-          models.remat_policy(config.remat)):
+          models.remat_policy(config.remat), core.qwix_lora_grads_as_is(not on_cpu)):
         lowered = jitted.lower(lora_abs, rest_abs, opt_abs, batch_abs)
     return lowered, lora_count
 

@@ -197,6 +197,7 @@ def apply_lora(
             f"the model already has {count_lora_params(model)} LoRA parameters; apply LoRA to the base model"
         )
     check_quant_tile(p, quantize, quant_tile)
+    core.qwix_lora_grads_for_cpu()  # the MLP adapters' gradients without XLA CPU's transposed copies
     if quantize is not None:
         core.tunix_einsum_accepts_quantized()
         core.qwix_finds_quantized_weights_when_tracing()

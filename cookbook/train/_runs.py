@@ -152,7 +152,9 @@ def result_determinants() -> dict[str, Any]:
     4-5 on (the thread pool splits reductions differently), and the tiny recipe amplifies
     that chaotically: LoRA tensors 3-4% apart (relative to a tensor's largest value) after
     30 steps, up to 74% after 240, every run at 100% exact match. So the device count, the
-    CPU threads, the backend and the versions of the numerical stack key the cache.
+    CPU threads, the backend and the versions of the numerical stack key the cache, and on CPU
+    the LoRA gradients' formulation (``cookbook.core.qwix_lora_grads_for_cpu``, since 2026-12-02:
+    the same math in another summation order).
     """
     import os
     from importlib import metadata
@@ -168,7 +170,8 @@ def result_determinants() -> dict[str, Any]:
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
             "devices": jax.device_count(), "processes": jax.process_count(),
-            "host_threads": threads if jax.default_backend() == "cpu" else None, "versions": versions}
+            "host_threads": threads if jax.default_backend() == "cpu" else None, "versions": versions,
+            **({"lora_grads": "cookbook-cpu-1"} if jax.default_backend() == "cpu" else {})}
 
 
 def cache_key(config: TrainConfig) -> str:
