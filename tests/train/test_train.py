@@ -323,10 +323,11 @@ def _is_quantized(model) -> bool:
 
 @pytest.mark.slow
 def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_base):
-    """The tiny recipe on an nf4 base (tile 32): held-out exact match at least 80%, beside the
-    bf16 LoRA run's (the suite's cached run) and the untrained base's (the control); and a copy
-    of the run with its last checkpoint removed resumes from the one before to the same weights
-    (checkpointed 2 steps before the end, so that the resume retrains 2 nf4 steps, not 50)."""
+    """The tiny recipe (the suite's cached bf16 run's config) on an nf4 base (tile 32): held-out
+    exact match at least 80%, and the untrained base's (the control) at most 5%; and a copy of
+    the run with its last checkpoint removed resumes from the one before to the same weights
+    (checkpointed 2 steps before the end, so that the resume retrains 2 nf4 steps, not 50).
+    The bf16 run's own accuracy is tests/evaluate/test_generators.py's."""
     import shutil
 
     lora_run = train.ensure_trained(train.train_preset("tiny"), progress=False)
@@ -350,12 +351,9 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     trained = train.restore_lora_model(q_run)
     assert _is_quantized(trained) and not _is_quantized(train.restore_lora_model(q_run, dense_base=True))
     q = train.evaluate(trained, tokenizer, rows, batch_size=50)
-    # The quantized base (a LoRA of zeros on it) shares the QLoRA model's sampler; bf16 LoRA,
-    # whose state has other leaves, gets its own.
+    # The quantized base (a LoRA of zeros on it) shares the QLoRA model's sampler.
     base = train.evaluate(train.build_lora_model(config, base_dir), tokenizer, rows, batch_size=50,
                           sampler=q["sampler"])
-    bf16 = train.evaluate(train.restore_lora_model(lora_run), tokenizer, rows, batch_size=50)
-    print(f"exact match on {len(rows)} held-out rows: QLoRA nf4 {q['accuracy']:.1%}, bf16 LoRA "
-          f"{bf16['accuracy']:.1%}, base {base['accuracy']:.1%}")
+    print(f"exact match on {len(rows)} held-out rows: QLoRA nf4 {q['accuracy']:.1%}, base {base['accuracy']:.1%}")
     assert q["accuracy"] >= 0.80
     assert base["accuracy"] <= 0.05  # the control: what it learned, the base does not know
