@@ -221,7 +221,7 @@ def plan(config: PlanConfig, *, use_cache: bool = True) -> PlanReport:
         return report_from_dict(json.loads(path.read_text()))
     report = _compile_plan(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")  # two processes may compile the same plan
     tmp.write_text(json.dumps(report.to_dict(), indent=2))
     tmp.replace(path)
     return report
