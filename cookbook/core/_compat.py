@@ -232,7 +232,7 @@ def qwix_lora_grads_for_cpu() -> bool:
     gradient, the activation: tokens x ffn) it transposes in a loop fusion that recomputes the
     GELU and gate product in transposed order: 44% of the tiny train step's CPU time. The
     replacement (a ``custom_vjp``, same math) takes that operand as the right-hand side in its
-    own layout (dA as the transpose of dot(dA-gradient, x)): the tiny step 0.37 -> 0.24 s. Only
+    own layout (dA as the transpose of dot(dA-gradient, x)): the tiny step 0.37 -> 0.22 s. Only
     while tracing for CPU and outside :func:`qwix_lora_grads_as_is`; a TPU host, and the
     planner's deviceless TPU compiles, trace Qwix's own code. Other shapes (batch axes, several
     contracting axes) go to the original. ``tests/core/test_compat.py`` checks the gradients
