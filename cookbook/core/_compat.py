@@ -248,13 +248,13 @@ def qwix_lora_grads_for_cpu() -> bool:
     def dot(x, y, contract, precision):  # contract x's axes `contract` with y's leading axes
         return jax.lax.dot_general(x, y, ((contract, tuple(range(len(contract)))), ((), ())), precision=precision)
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-    def delta(x, a, b, precision):
-        return dot(dot(x, a, (x.ndim - 1,), precision), b, (x.ndim - 1,), precision)
-
     def fwd(x, a, b, precision):
         xa = dot(x, a, (x.ndim - 1,), precision)
         return dot(xa, b, (x.ndim - 1,), precision), (x, a, b, xa)
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+    def delta(x, a, b, precision):
+        return fwd(x, a, b, precision)[0]
 
     def bwd(precision, res, g):
         x, a, b, xa = res
