@@ -26,7 +26,11 @@ tpu_host_pass() {
     return 0
   fi
   # The random bases are built through transformers + torch, which this environment lacks: build
-  # them in the main one and hand over copies, alone, so plans and runs are made afresh here.
+  # them in the main one and hand over copies, alone, so plans and runs are made afresh here. XLA's
+  # compiled executables are shared with the main environment's cache (its jax-compile/): the same
+  # jax/jaxlib pins (constraints/tpu-host.txt), so a hit is the executable this stack would compile
+  # (JAX keys entries by jaxlib version and the lowered program, which this stack still traces and
+  # lowers itself); it took this pass from 118 to 70 CPU-seconds, measured alone 2026-12-03.
   local base cache preset rc=0
   cache=$(mktemp -d)
   mkdir -p "$cache/base"
@@ -39,7 +43,8 @@ tpu_host_pass() {
   # of this pass's ~4.5 minutes) and the check of the CPU LoRA gradients' compiled step (two tiny
   # compiles) run in .venv only: the same library versions, and the code they reach runs here on
   # tiny (and the twins' loading, targets and PEFT round trip on both).
-  COOKBOOK_CACHE=$cache PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
+  COOKBOOK_CACHE=$cache JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR-$COOKBOOK_CACHE/jax-compile} \
+    PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
     -k "not test_apply_lora_on_4x2_mesh_starts_as_identity and not test_qlora_on_the_e2b_twin and not test_lora_grads_for_cpu" \
     -p no:cacheprovider --durations=10 -q || rc=$?
   rm -rf "$cache"
@@ -60,32 +65,31 @@ fi
 # The whole suite, in two streams. Run as one stream, the suite kept about one of the two cores
 # busy (44.5 CPU-min in 47 min wall), so a second stream runs beside the first, niced so the
 # timed tests (benchmarks) in the first keep their core: the main job (`make demo` on a fresh
-# cache, its notebooks in two lanes, ~8-12 minutes beside the first stream) and the browser test
-# of its report, then the structural twins' train -> merge -> serve -> GPU-parity tests (their
-# two short runs, ~10 CPU-minutes; moved here with the twins' arrival, 2026-12-02, while the
-# multi-process tests moved to the first stream) and notebook 08's papermill test (moved to even
-# the streams), then the TPU-host pass, then the QLoRA accuracy test (a 200-step nf4 run). (The
-# layout search's tests here too, tried 2026-12-02: this stream then ended last, 30.6 min against
-# 29.4 with them in the first.) None of
-# them shares state with the first stream but the base checkpoints and the tiny bf16 fine-tune
-# (the QLoRA test compares with it, notebook 08 serves it), whose builds are locked.
+# cache, its notebooks in two lanes, ~8-9 minutes beside the first stream) and the browser test
+# of its report; then the structural twins' train -> merge -> serve -> GPU-parity tests (their
+# two short runs, ~4 CPU-minutes), notebook 08's papermill test and the training tests
+# (tests/train/test_train.py: short runs, SIGKILL and resume, the 200-step QLoRA accuracy run);
+# then the TPU-host pass, last, so that the programs the training tests compiled are in the
+# compilation cache it shares. Measured 2026-12-03 (a33ca51, quiet 2-core host): the first
+# stream ended at 25.5 min and this one at 21.5, with the training tests in the first stream's
+# last 2 minutes, alone: moved here. (The layout search's tests here too, tried 2026-12-02: this
+# stream then ended last, 30.6 min against 29.4 with them in the first.) None of these shares
+# state with the first stream but the base checkpoints, the tiny bf16 fine-tune (the QLoRA test
+# compares with it, notebook 08 serves it), whose builds are locked, and the compilation cache.
 # Their output follows the first stream's.
-QLORA_TEST=tests/train/test_train.py::test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora
 LATER_TESTS=(tests/train/test_train_twins.py tests/merge/test_merge_twins.py tests/serve/test_serve_twins.py
-             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py)
+             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py tests/train/test_train.py)
 SIDE_TESTS=(tests/harness/test_make_demo.py tests/harness/test_browser.py::test_report_in_a_browser
-            "${LATER_TESTS[@]}" "$QLORA_TEST")
+            "${LATER_TESTS[@]}")
 side_stream() {  # runs in its own subshell (&): niced, and everything it starts with it
   local rc=0
   renice -n 10 -p "$BASHPID" >/dev/null
   echo "run_tests: the main job's tests"
   "$VENV/bin/pytest" "${SIDE_TESTS[@]:0:2}" -p no:cacheprovider --durations=5 \
     || { rc=$?; echo "run_tests: the main job's tests FAILED (exit $rc)"; }
-  "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=10 \
-    || { rc=$?; echo "run_tests: the twins' and notebook 08's tests FAILED (exit $rc)"; }
+  "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=15 \
+    || { rc=$?; echo "run_tests: the twins', notebook 08's and the training tests FAILED (exit $rc)"; }
   tpu_host_pass || { rc=$?; echo "run_tests: the TPU-host pass FAILED (exit $rc)"; }
-  "$VENV/bin/pytest" "$QLORA_TEST" -p no:cacheprovider --durations=5 \
-    || { rc=$?; echo "run_tests: the QLoRA test FAILED (exit $rc)"; }
   return $rc
 }
 side_log=$(mktemp)
@@ -99,7 +103,6 @@ ignore_later=()
 for t in "${LATER_TESTS[@]}"; do ignore_later+=(--ignore="$t"); done
 "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
   "${ignore_later[@]}" --deselect tests/harness/test_browser.py::test_report_in_a_browser \
-  --deselect "$QLORA_TEST" \
   || main_rc=$?
 side_rc=0
 wait $side_pid || side_rc=$?
