@@ -31,7 +31,7 @@ tpu_host_pass() {
   # jax/jaxlib pins (constraints/tpu-host.txt), so a hit is the executable this stack would compile
   # (JAX keys entries by jaxlib version and the lowered program, which this stack still traces and
   # lowers itself); it took this pass from 118 to 70 CPU-seconds, measured alone 2026-12-03.
-  local base cache preset rc=0
+  local base cache preset rc=0 xla_cache=${JAX_COMPILATION_CACHE_DIR-$COOKBOOK_CACHE/jax-compile}
   cache=$(mktemp -d)
   mkdir -p "$cache/base"
   for preset in tiny tiny_e2b tiny_26b_a4b; do  # tiny and the two structural twins
@@ -43,7 +43,7 @@ tpu_host_pass() {
   # of this pass's ~4.5 minutes) and the check of the CPU LoRA gradients' compiled step (two tiny
   # compiles) run in .venv only: the same library versions, and the code they reach runs here on
   # tiny (and the twins' loading, targets and PEFT round trip on both).
-  COOKBOOK_CACHE=$cache JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR-$COOKBOOK_CACHE/jax-compile} \
+  COOKBOOK_CACHE=$cache JAX_COMPILATION_CACHE_DIR=$xla_cache \
     PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
     -k "not test_apply_lora_on_4x2_mesh_starts_as_identity and not test_qlora_on_the_e2b_twin and not test_lora_grads_for_cpu" \
     -p no:cacheprovider --durations=10 -q || rc=$?
