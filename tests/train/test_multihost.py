@@ -4,9 +4,10 @@ The same short run on one process with 4 fake devices is the reference. The two 
 only in how reductions cross devices (Gloo between processes): they agree for a step or
 two, then float32 rounding drifts, and a control measures how far reduction order alone
 carries it here (the same process, mesh 4 x 1 instead of 2 x 2: the same math, other
-partial sums). The multi-process run must stay within twice the control. (2 x 2 devices, not
-2 x 4: the same mesh shape, fsdp across the processes and tp within each, with half the Gloo
-ranks; a two-process run took 53 CPU-seconds instead of 64 here.)
+partial sums). The multi-process run must stay within twice the control (measured: 0.014 of
+the control). 2 x 2 devices rather than 2 x 4: the same kind of mesh (fsdp across the processes,
+tp within each) with half the Gloo ranks; a two-process run took 53 CPU-seconds instead of 64
+here, alone with a warm compilation cache.
 """
 
 from __future__ import annotations
