@@ -4,11 +4,18 @@
 coordinator itself; elsewhere give it, or the ``COOKBOOK_*`` variables);
 :func:`run_local_multiprocess` runs the same check in several local processes with fake CPU
 devices, as a multi-host slice would.
+
+Exposure: process 0's coordinator is a gRPC service that every process must reach. A coordinator
+on a loopback address (``127.0.0.1:PORT``, what ``cookbook launch`` and
+:func:`run_local_multiprocess` use) listens on loopback only; for several hosts, JAX listens on
+every interface at the coordinator's port unless you choose the bind address
+(``coordinator_bind_address`` or ``$JAX_COORDINATOR_BIND_ADDRESS``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import sys
@@ -39,6 +46,31 @@ def _on_tpu_host() -> bool:
     return core.on_tpu_host() and os.environ.get("JAX_PLATFORMS", "") != "cpu"
 
 
+_LISTENS = ("process 0 listens where its coordinator_bind_address or $JAX_COORDINATOR_BIND_ADDRESS says; "
+            "a 127.0.0.1 coordinator, on its own host only")
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind_address(coordinator: str, bind: str | None = None) -> str | None:
+    """Where process 0's coordinator listens: ``bind`` if given; the coordinator's own address
+    when that is a loopback one (every process is on this host, so nothing else need reach it);
+    otherwise None, which leaves it to JAX: ``$JAX_COORDINATOR_BIND_ADDRESS``, else every
+    interface at the coordinator's port."""
+    if bind:
+        return bind
+    host, _, port = coordinator.rpartition(":")
+    return coordinator if host and port.isdigit() and _is_loopback(host) else None
+
+
 def initialize_distributed(
     coordinator: str | None = None,
     num_processes: int | None = None,
@@ -46,6 +78,7 @@ def initialize_distributed(
     *,
     local_device_ids: list[int] | None = None,
     timeout_s: int | None = None,
+    coordinator_bind_address: str | None = None,
 ) -> DistributedInfo:
     """Join a multi-host JAX job; a no-op on one host. Call before anything touches devices.
 
@@ -61,6 +94,13 @@ def initialize_distributed(
     slice and a mesh built from them is global. ``timeout_s`` (default
     ``$COOKBOOK_DISTRIBUTED_TIMEOUT`` or 300) bounds the wait for the other processes; a
     coordinator that cannot be reached in that time is an error naming it.
+
+    What listens: process 0 runs the coordinator, and every process must reach it at
+    ``coordinator`` (TCP, that port). A loopback coordinator (``127.0.0.1:PORT``: all processes
+    on this host) listens on loopback only. For several hosts you choose the bind address:
+    ``coordinator_bind_address="10.0.0.2:8476"`` (or ``$JAX_COORDINATOR_BIND_ADDRESS``), the
+    interface the other hosts reach; without one, JAX listens on every interface at that port
+    (a line on stderr says so), so let a firewall admit only the job's hosts to it.
     """
     import jax
 
@@ -91,6 +131,11 @@ def initialize_distributed(
             # JAX's client aborts the whole process (no Python exception) when it cannot reach
             # the coordinator: check first, so the error can say what to fix.
             _wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
+        bind = _bind_address(coordinator, coordinator_bind_address)
+        if process_id == 0 and bind is None and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+            print(f"cookbook: the coordinator listens on every interface at port {coordinator.rpartition(':')[2]} "
+                  "(JAX's default): pass coordinator_bind_address='ADDR:PORT' or set JAX_COORDINATOR_BIND_ADDRESS "
+                  "to the interface the other hosts reach, and let only them reach that port", file=sys.stderr)
         try:
             jax.distributed.initialize(
                 coordinator_address=coordinator,
@@ -98,20 +143,22 @@ def initialize_distributed(
                 process_id=process_id,
                 local_device_ids=local_device_ids,
                 initialization_timeout=timeout_s,
+                coordinator_bind_address=bind,
             )
         except Exception as e:  # jax raises XlaRuntimeError / RuntimeError with a long log
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
             raise RuntimeError(
                 f"process {process_id} of {num_processes} could not join the job at {coordinator} within "
                 f"{timeout_s} s ({reason}). Check that process 0 runs, that HOST:PORT is its address and "
-                "reachable from here, and that every process was started with the same --num-processes."
+                f"reachable from here ({_LISTENS}), and that every process was started with the same "
+                "--num-processes."
             ) from None
         mode = "explicit"
     elif _tpu_pod_env() or _on_tpu_host():
         # JAX finds the pod's coordinator and this host's id itself (GKE environment
         # variables, or the Cloud TPU VM metadata server); a single-host VM joins as 1 of 1.
         try:
-            jax.distributed.initialize()
+            jax.distributed.initialize(coordinator_bind_address=coordinator_bind_address)
         except ValueError:
             if _tpu_pod_env():
                 raise
@@ -150,8 +197,8 @@ def _wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_p
                 raise RuntimeError(
                     f"process {process_id} of {num_processes} could not join the job at {address} within "
                     f"{timeout_s:g} s ({e.strerror or e}). Check that process 0 runs, that HOST:PORT is its "
-                    "address and reachable from here, and that every process was started with the same "
-                    "--num-processes."
+                    f"address and reachable from here ({_LISTENS}), and that every process was started with the "
+                    "same --num-processes."
                 ) from None
             time.sleep(0.5)
 

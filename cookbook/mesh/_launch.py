@@ -3,11 +3,14 @@
 Each process gets its own fake CPU devices (``--devices-per-process``) and joins the job
 through JAX's multi-controller runtime with a coordinator on 127.0.0.1 (the
 ``COOKBOOK_COORDINATOR`` / ``COOKBOOK_NUM_PROCESSES`` / ``COOKBOOK_PROCESS_ID`` variables
-that ``cookbook train`` reads). Output is streamed with a ``[pN]`` prefix. If any process
+that ``cookbook train`` reads), which listens on loopback only: nothing off this host can
+reach the job. Output is streamed with a ``[pN]`` prefix. If any process
 dies, the others are stopped (a collective would otherwise wait for it forever) and the
 launcher exits non-zero naming the process and its last lines; the whole job has a
 wall-clock limit. On a real pod none of this is needed: every host runs the command and JAX
-finds the coordinator itself (``cookbook train --print-pod-command``).
+finds the coordinator itself (``cookbook train --print-pod-command``); there process 0's
+coordinator port must be reachable from every host, and where it listens is the user's choice
+(``$JAX_COORDINATOR_BIND_ADDRESS``; see ``cookbook.mesh.initialize_distributed``).
 
 Written here: process management only (start, stream, stop); JAX does the distribution.
 """
@@ -137,7 +140,10 @@ def register_cli(sub) -> None:
     p = sub.add_parser(
         "launch", help="run a cookbook command in several local JAX processes (a multi-host slice on one machine)",
         description="Start N local processes of `cookbook COMMAND ...` with fake CPU devices and a coordinator on "
-                    "127.0.0.1, stream their output, and stop them all if one fails. Example: cookbook launch "
+                    "127.0.0.1 (listening on loopback only), stream their output, and stop them all if one fails. "
+                    "Several hosts: run the command on each with --coordinator HOST:PORT (process 0's address, "
+                    "reachable from every host) and set JAX_COORDINATOR_BIND_ADDRESS on process 0 to the "
+                    "interface they reach; otherwise it listens on every interface. Example: cookbook launch "
                     "--processes 2 --devices-per-process 4 -- train --preset tiny --mesh 4x2 --out runs/two-hosts")
     p.add_argument("--processes", type=int, default=2, help="JAX processes (hosts) to start")
     p.add_argument("--devices-per-process", type=int, default=4, help="fake CPU devices per process")
