@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,30 @@ def scenario_prompts(scenario: Scenario, *, vocab_size: int, tokenizer=None) -> 
 
 # ------------------------------------------------------------------------------------------
 # The load generator
+# A bearer token, or an Authorization header's value, in any text: aiohttp's exceptions carry the
+# request's headers (``repr`` of a ClientResponseError shows ``'Authorization': 'Bearer KEY'``).
+_CREDENTIAL = re.compile(r"(?i)(\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?|\bbearer\s+)"
+                         r"[^\s'\",)>]+")
+REDACTED = "<redacted>"
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with every ``secret`` and any bearer token or Authorization value replaced.
+
+    Every error string the load generator stores or prints goes through here, so an API key
+    never reaches bench.json, a report or a log.
+    """
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return _CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _describe(e: BaseException) -> str:
+    """One line for a failed request: the exception's type and message (not its ``repr``)."""
+    return " ".join(f"{type(e).__name__}: {e}".split()) if str(e) else type(e).__name__
+
+
 async def _request(session, url: str, headers: dict, model: str, prompt: list[int] | str,
                    output_len: int, due: float) -> RequestResult:
     import aiohttp
@@ -108,13 +133,14 @@ async def _request(session, url: str, headers: dict, model: str, prompt: list[in
             "stream": True, "stream_options": {"include_usage": True},
             "ignore_eos": True}  # vLLM extension: exactly output_len tokens
     n_prompt = len(prompt) if isinstance(prompt, list) else 0
+    key = headers.get("Authorization", "").removeprefix("Bearer ")
     chunks: list[float] = []
     usage_tokens = None
     try:
         async with session.post(url, json=body, headers=headers) as resp:
             if resp.status != 200:
                 return RequestResult(ok=False, prompt_len=n_prompt,
-                                     error=f"HTTP {resp.status}: {(await resp.text())[:300]}")
+                                     error=redact(f"HTTP {resp.status}: {(await resp.text())[:300]}", key))
             buffer = b""
             async for raw in resp.content.iter_any():
                 now = time.perf_counter()
@@ -134,7 +160,7 @@ async def _request(session, url: str, headers: dict, model: str, prompt: list[in
                         usage_tokens = msg["usage"].get("completion_tokens")
                         n_prompt = msg["usage"].get("prompt_tokens", n_prompt)
     except (TimeoutError, aiohttp.ClientError) as e:
-        return RequestResult(ok=False, prompt_len=n_prompt, error=repr(e))
+        return RequestResult(ok=False, prompt_len=n_prompt, error=redact(_describe(e), key))
     if not chunks:
         return RequestResult(ok=False, prompt_len=n_prompt, error="no tokens streamed")
     return RequestResult(ok=True, prompt_len=n_prompt, output_tokens=usage_tokens or len(chunks),
@@ -224,7 +250,7 @@ def summarize(results: list[RequestResult], duration_s: float, **meta: Any) -> d
     return {
         **meta,
         "num_requests": len(results), "num_ok": len(ok),
-        "errors": sorted({r.error for r in results if not r.ok})[:5],
+        "errors": sorted({redact(r.error) for r in results if not r.ok})[:5],
         "duration_s": duration_s,
         "output_tokens": out_tokens,
         "output_tok_s": out_tokens / duration_s if duration_s > 0 else float("nan"),
@@ -331,8 +357,8 @@ def vllm_bench_point(base_url: str, model: str, tokenizer_dir: str | Path, *, in
                           timeout=timeout_s, env=env)
     result = out / "result.json"
     if proc.returncode != 0 or not result.is_file():
-        raise RuntimeError(f"vllm.benchmarks.serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
-                           f"{proc.stderr[-3000:]}")
+        raise RuntimeError(redact(f"vllm.benchmarks.serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                                  f"{proc.stderr[-3000:]}", api_key))
     return json.loads(result.read_text())
 
 

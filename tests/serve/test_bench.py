@@ -91,3 +91,53 @@ def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
     assert theirs["completed"] == 16 and theirs["total_output_tokens"] == ours["output_tokens"] == 256
     ratios = serve.compare_with_vllm_bench(ours, theirs)
     assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, ratios
+
+
+@pytest.fixture
+def misbehaving_server():
+    """``misbehaving_server(reply)``: a local TCP server answering every request with ``reply`` (bytes)."""
+    import socket
+    import threading
+
+    servers = []
+
+    def start(reply: bytes) -> str:
+        srv = socket.create_server(("127.0.0.1", 0))
+        servers.append(srv)
+
+        def answer():
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(1 << 16)
+                    conn.sendall(reply)
+
+        threading.Thread(target=answer, daemon=True).start()
+        return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+
+    yield start
+    for srv in servers:
+        srv.close()
+
+
+def test_no_api_key_reaches_bench_json_or_the_table(misbehaving_server, tmp_path, capsys):
+    """aiohttp's own exception for a malformed response carries the request's headers (its repr holds
+    ``'Authorization': 'Bearer KEY'``), and a server may echo the header in a 401 body: neither
+    reaches the record, bench.json or what is printed, while the error still says what went wrong."""
+    key = "sk-cookbook-" + "7f3a9c" * 4
+    malformed = misbehaving_server(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")
+    echoing = misbehaving_server(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 47\r\nConnection: close\r\n\r\n"
+                                 + f"bad token: Bearer {key}"[:47].ljust(47).encode())
+    points = [serve.run_point(url, "base", [[40, 41, 42]], 2, api_key=key, timeout_s=30) for url in (malformed, echoing)]
+    print(serve.table(points), points)
+    out = serve.write_json(tmp_path / "bench.json", points)
+    printed = capsys.readouterr().out
+    assert [p["num_ok"] for p in points] == [0, 0]
+    assert key not in out.read_text() and key not in printed and key not in json.dumps(points)
+    assert "Bearer" not in out.read_text().replace("Bearer <redacted>", "")
+    assert points[0]["errors"][0].startswith("ClientResponseError: 400") and "Content-Length" in points[0]["errors"][0]
+    assert points[1]["errors"][0].startswith("HTTP 401: bad token: Bearer <redacted>"), points[1]["errors"]
+    assert serve._bench.redact("'Authorization': 'Bearer other-token'") == "'Authorization': 'Bearer <redacted>'"
