@@ -1,6 +1,8 @@
 """Stage 05: rows to chat-templated tokens with answer-only loss masks, packing, batches; the sample task.
 
-Rows are read and checked (``_rows``), rendered with the tokenizer's own Gemma 4 chat
+Rows in any common layout (OpenAI/TRL messages with thinking and tools, prompt/completion,
+ShareGPT, alpaca or named columns such as the paper's CodeV-R1 set: ``_formats``) are read
+and checked (``_rows``), rendered with the tokenizer's own Gemma 4 chat
 template with the loss on the answer only (``_tokenize``), and batched with static shapes,
 padded or packed, by Grain, each JAX process reading its own slice, into global arrays
 sharded on the mesh's data axis (``_pipeline``). A batch is Tunix ``TrainingInput``'s
@@ -10,6 +12,7 @@ sample task is ``_sample_task``.
 """
 
 from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
+from cookbook.data._formats import FORMATS, parse_columns, split_think  # noqa: F401
 from cookbook.data._pipeline import (  # noqa: F401
     TrainIterator,
     build_dataset,
@@ -27,12 +30,15 @@ from cookbook.data._pipeline import (  # noqa: F401
 )
 from cookbook.data._rows import (  # noqa: F401
     ANSWER_ROLES,
+    CONTROL_TOKENS,
     KNOWN_ROLES,
+    Conversation,
     DataError,
     DataReport,
     RowError,
     RowProblem,
     read_rows,
+    to_conversation,
     to_messages,
 )
 from cookbook.data._sample_task import (  # noqa: F401
@@ -53,5 +59,8 @@ from cookbook.data._tokenize import (  # noqa: F401
     load_tokenizer,
     prepare_examples,
     prompt_ids,
+    prompt_text,
+    render,
     tokenize_chat,
+    trained_spans,
 )

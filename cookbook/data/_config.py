@@ -25,6 +25,11 @@ class DataConfig:
       num_packing_bins: rows Grain's first-fit packer fills at once (more bins, fuller rows).
       prefetch: batches prepared ahead on a background thread (0: none).
       data_axis: mesh axis the batch dimension is sharded over.
+      data_format: the rows' layout, one of :data:`cookbook.data.FORMATS` (``"auto"`` picks
+        it per row from the fields: messages, ShareGPT, prompt/completion, CodeV-R1, alpaca).
+      columns: for ``data_format="columns"``, which column holds the system prompt, the
+        prompt and the response: ``{"system": ..., "prompt": ..., "response": ...}`` or the
+        string ``"system=COL,prompt=COL,response=COL"``.
       process_split: how several JAX processes (hosts) share the data. ``"rows"``: every
         process runs the same pipeline over all rows and feeds only its rows of each global
         batch, so the global batches are exactly a single-process run's (host work is not
@@ -44,8 +49,14 @@ class DataConfig:
     prefetch: int = 2
     data_axis: str = "fsdp"
     process_split: Literal["rows", "records"] = "rows"
+    data_format: str = "auto"
+    columns: dict[str, str] | str | None = None
 
     def __post_init__(self) -> None:
+        from cookbook.data._formats import check_format, parse_columns
+
+        object.__setattr__(self, "columns", parse_columns(self.columns))
+        check_format(self.data_format, self.columns)
         if self.seq_len < 2:
             raise ValueError(f"seq_len={self.seq_len}: need at least 2 tokens per row")
         if self.batch_size < 1:

@@ -207,7 +207,7 @@ def write_messy_jsonl(path: str | Path, good_rows: list[dict]) -> dict[int, str]
 
     bad: dict[int, tuple[bytes, str]] = {
         3: (b'{"messages": [', "invalid JSON"),
-        5: (b'{"text": "hello"}', "no 'messages'"),
+        5: (b'{"text": "hello"}', "no known layout"),
         7: (json.dumps({"messages": "hi"}).encode(), "must be a list"),
         9: (json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(),
             "must be a string"),

@@ -1,9 +1,11 @@
-"""Chat rows to tokens with the tokenizer's own Gemma 4 chat template, loss on the answer only.
+"""Chat rows to tokens with the tokenizer's own Gemma 4 chat template, loss on what the model writes.
 
 Each row is rendered with the template vLLM uses when serving (training and serving see the
-same tokens); the loss mask covers the answer tokens, closing ``<turn|>`` included, found
-from the template's character offsets (written here: no library derives answer masks from
-Gemma 4's template, which has no generation markers).
+same tokens): its tools declared, ``enable_thinking`` on when it carries a thought. The loss
+mask covers the model's turns (thought, answer, tool calls, closing ``<turn|>``) and nothing
+the user, the system or a tool wrote, found from the rendered text's turn markers and the
+tokenizer's character offsets (written here: no library derives these masks from Gemma 4's
+template, which has no generation markers; TRL's ``assistant_only_loss`` sums to zero on it).
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ import numpy as np
 from cookbook import models
 from cookbook.data._config import DataConfig
 from cookbook.data._rows import (
-    ANSWER_ROLES,
+    Conversation,
     DataError,
     DataReport,
     RowError,
     RowProblem,
     read_rows,
-    to_messages,
+    to_conversation,
 )
+
+MODEL_TURN = "<|turn>model\n"
+TURN_END = "<turn|>"
+TOOL_RESPONSE_START, TOOL_RESPONSE_END = "<|tool_response>", "<tool_response|>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +42,11 @@ class Example:
     row: int  # 1-based row number in the source
 
 
-def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+def render(tokenizer, conversation: Conversation, add_generation_prompt: bool = False,
+           messages: list[dict] | None = None) -> str:
+    """The text Gemma 4's chat template (the tokenizer's) makes of a conversation, as vLLM
+    renders it: its tools declared, ``enable_thinking`` on when a turn carries a thought.
+    ``messages`` renders a part of the conversation with the whole one's settings."""
     if not getattr(tokenizer, "chat_template", None):
         raise DataError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; load the "
@@ -44,40 +54,56 @@ def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str
         )
     try:
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            conversation.messages if messages is None else messages, tokenize=False,
+            add_generation_prompt=add_generation_prompt, **conversation.template_kwargs()
         )
     except Exception as e:  # jinja raises from inside the template (e.g. raise_exception)
         raise RowError(f"the chat template rejected the row: {e}") from e
 
 
-def tokenize_chat(tokenizer, row: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of a whole conversation and its loss mask (1 on answer tokens only).
+def trained_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of a rendered conversation the loss covers: what the model writes.
 
-    The conversation is rendered with the tokenizer's chat template, exactly as vLLM
-    renders it, then encoded without adding special tokens (the template writes
-    ``<bos>``). A token is trained on when it lies inside an assistant turn's content or
-    its closing ``<turn|>``: the span between the rendering of the conversation up to the
-    turn *with* the generation prompt and the rendering *including* the turn (trailing
-    whitespace after ``<turn|>`` excluded).
+    That is every model turn after its ``<|turn>model\\n`` opener through its closing
+    ``<turn|>``: the thought channel, the answer and the tool calls, with the
+    ``<|tool_response>`` that ends a calling turn (where the model stops and waits), but
+    never a tool response's body (``response:...<tool_response|>``, which the caller
+    writes), nor any user or system turn. A turn cut off without ``<turn|>`` runs to the end.
+    """
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while (start := text.find(MODEL_TURN, pos)) >= 0:
+        start += len(MODEL_TURN)
+        close = text.find(TURN_END, start)
+        end = len(text) if close < 0 else close + len(TURN_END)
+        cursor = start
+        while (resp := text.find(TOOL_RESPONSE_START, cursor, end)) >= 0:
+            spans.append((cursor, resp + len(TOOL_RESPONSE_START)))
+            body_end = text.find(TOOL_RESPONSE_END, resp, end)
+            cursor = end if body_end < 0 else body_end + len(TOOL_RESPONSE_END)
+        if cursor < end:
+            spans.append((cursor, end))
+        pos = end
+    return [(a, b) for a, b in spans if b > a]
+
+
+def tokenize_chat(tokenizer, row: Any, data_format: str = "auto",
+                  columns: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of a whole conversation and its loss mask (1 on the model's tokens only).
+
+    The row (any layout of :data:`FORMATS`) is rendered with the tokenizer's chat template,
+    exactly as vLLM renders it, then encoded without adding special tokens (the template
+    writes ``<bos>``). A token is trained on when it overlaps :func:`trained_spans`.
 
     Returns:
       ``(token_ids, loss_mask)``, both int32 of the same length.
     """
-    messages = to_messages(row)
-    full = _render(tokenizer, messages, False)
-    spans = []
-    for i, m in enumerate(messages):
-        if m["role"] not in ANSWER_ROLES:
-            continue
-        before = _render(tokenizer, messages[:i], True)
-        through = _render(tokenizer, messages[: i + 1], False)
-        if not (full.startswith(before) and full.startswith(through)):
-            raise RowError(
-                "the chat template does not render conversations prefix-consistently; "
-                "cannot locate the answer tokens"
-            )
-        spans.append((len(before), len(through.rstrip())))
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    text = render(tokenizer, to_conversation(row, data_format, columns))
+    return _encode(tokenizer, text, trained_spans(text))
+
+
+def _encode(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = np.asarray(enc["input_ids"], dtype=np.int32)
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     mask = np.zeros(len(ids), dtype=np.int32)
@@ -86,15 +112,24 @@ def tokenize_chat(tokenizer, row: Any) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-def prompt_ids(tokenizer, row: Any) -> list[int]:
-    """Token ids of the prompt a server would see: turns before the last answer, plus
-    the generation prompt (``<|turn>model\\n``), rendered by the chat template."""
-    messages = row["messages"] if isinstance(row, dict) and "messages" in row else to_messages(row)
-    while messages and messages[-1]["role"] in ANSWER_ROLES:
-        messages = messages[:-1]
+def prompt_text(tokenizer, row: Any, data_format: str = "auto",
+                columns: dict[str, str] | None = None) -> str:
+    """The prompt a server would see: the turns before the last answer, plus the generation
+    prompt (``<|turn>model\\n``, unless the last turn is a tool response the model continues
+    from), rendered by the chat template with the row's tools and thinking setting."""
+    conv = to_conversation(row, data_format, columns)
+    messages = list(conv.messages)
+    while messages and messages[-1]["role"] == "assistant":
+        messages.pop()
     if not messages:
         raise RowError("row has no turns before its answer")
-    text = _render(tokenizer, list(messages), True)
+    return render(tokenizer, conv, True, messages)
+
+
+def prompt_ids(tokenizer, row: Any, data_format: str = "auto",
+               columns: dict[str, str] | None = None) -> list[int]:
+    """Token ids of :func:`prompt_text`."""
+    text = prompt_text(tokenizer, row, data_format, columns)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -109,14 +144,16 @@ def prepare_examples(
     raw_rows, problems = read_rows(source)
     bad = {p.row for p in problems}
     examples: list[Example] = []
+    lengths: list[int] = []
     for number, raw in enumerate(raw_rows, start=1):
         if number in bad:
             continue
         try:
-            ids, mask = tokenize_chat(tokenizer, raw)
+            ids, mask = tokenize_chat(tokenizer, raw, config.data_format, config.columns)
         except RowError as e:
             problems.append(RowProblem(number, str(e)))
             continue
+        lengths.append(len(ids))
         if len(ids) > config.seq_len:
             if config.too_long == "truncate" and mask[: config.seq_len].any():
                 problems.append(
@@ -137,6 +174,9 @@ def prepare_examples(
         problems=tuple(problems),
         num_tokens=int(sum(len(e.token_ids) for e in examples)),
         num_loss_tokens=int(sum(int(e.loss_mask.sum()) for e in examples)),
+        lengths=tuple(lengths),
+        seq_len=config.seq_len,
+        too_long=config.too_long,
     )
     if not examples:
         raise DataError(f"no usable rows.\n{report.summary()}")

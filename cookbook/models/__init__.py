@@ -47,6 +47,8 @@ from cookbook.models._presets import (  # noqa: F401
     tiny_e2b,
 )
 from cookbook.models._tokenizer import (  # noqa: F401
+    CHAT_TEMPLATE,
+    CHAT_TEMPLATE_FILE,
     SPECIAL_TOKEN_IDS,
     SPECIAL_TOKENS,
     save_tokenizer,

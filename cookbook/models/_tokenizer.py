@@ -36,27 +36,27 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<|audio>",
     "<audio|>",
     "<|audio|>",
+    "<|tool>",
+    "<tool|>",
 )
 SPECIAL_TOKEN_IDS: dict[str, int] = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
 
 TURN_START = "<|turn>"
 TURN_END = "<turn|>"
+TOOL_RESPONSE_START = "<|tool_response>"
 
-# Gemma 4's chat format for text turns: after <bos>, each turn is
-# "<|turn>ROLE\n CONTENT <turn|>\n" with "assistant" spelled "model"; a generation prompt
-# ends with "<|turn>model\n". The released template also renders tools and thinking; the
-# cookbook's data is plain text turns, for which the two agree.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] not in ['system', 'user', 'assistant', 'model'] -%}"
-    "{{ raise_exception('Unknown role: ' + message['role']) }}"
-    "{%- endif -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<|turn>' + role + '\\n' + message['content'] | trim + '<turn|>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|turn>model\\n' }}{%- endif -%}"
-)
+# Gemma 4's released chat template, verbatim: the current revision as TRL ships it
+# (``trl/chat_templates/gemma4_v5.jinja``, TRL 1.16.0, "Published: 2026-07-09"). After
+# ``<bos>``, each text turn is "<|turn>ROLE\n CONTENT <turn|>\n" with "assistant" spelled
+# "model"; a generation prompt ends with "<|turn>model\n". It also renders a system turn
+# opened by ``<|think|>`` when ``enable_thinking`` is set, an assistant's
+# ``reasoning_content`` as ``<|channel>thought\n...\n<channel|>`` (after the last user
+# turn only), tool declarations (``<|tool>...<tool|>``), tool calls
+# (``<|tool_call>call:NAME{...}<tool_call|>``) and tool responses
+# (``<|tool_response>response:NAME{...}<tool_response|>``). tests/models check that it is
+# byte-identical to TRL's copy and renders every kind of conversation as TRL's does.
+CHAT_TEMPLATE_FILE = Path(__file__).with_name("gemma4_chat_template.jinja")
+CHAT_TEMPLATE = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")
 
 _CORPUS_WORDS = """
 write a verilog module named that takes two inputs and returns output the result of
@@ -145,5 +145,10 @@ def save_tokenizer(out_dir: str | Path, vocab_size: int = 1024) -> None:
 
 
 def stop_token_ids() -> list[int]:
-    """Tokens that end a model turn: ``<eos>`` and ``<turn|>`` (as in the release)."""
-    return [SPECIAL_TOKEN_IDS["<eos>"], SPECIAL_TOKEN_IDS[TURN_END]]
+    """Tokens that end a model's generation: ``<eos>``, ``<turn|>`` and ``<|tool_response>``.
+
+    The last one is where a model that called a tool stops and waits: the chat template
+    ends a turn whose last act is a tool call with ``<|tool_response>`` (the caller appends
+    the response), and vLLM's Gemma 4 parser treats it as a turn boundary.
+    """
+    return [SPECIAL_TOKEN_IDS["<eos>"], SPECIAL_TOKEN_IDS[TURN_END], SPECIAL_TOKEN_IDS[TOOL_RESPONSE_START]]
