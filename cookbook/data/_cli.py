@@ -1,0 +1,127 @@
+"""``cookbook data``: what the pipeline makes of a data file, before any training.
+
+The report (rows kept and dropped with row-numbered reasons, token-length percentiles and
+what the too-long policy did) and N rows rendered by the preset's chat template with the
+spans the loss covers marked; ``--json`` gives the same for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from cookbook import core
+from cookbook.data._config import DataConfig
+from cookbook.data._formats import FORMATS
+from cookbook.data._rows import DataError, read_rows, to_conversation
+from cookbook.data._tokenize import prepare_examples, render, trained_spans
+
+OPEN, CLOSE = "[[", "]]"  # how the text view marks what the loss covers
+
+
+def register_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "data", help="check a data file: rows kept and dropped, lengths, rendered rows with the trained spans",
+        description="Read a data file as `cookbook train` would, with the preset's Gemma 4 chat template: "
+                    "report every dropped or truncated row with its reason, the token-length distribution "
+                    f"and the too-long policy, and show rows with the spans the loss covers between {OPEN} "
+                    f"and {CLOSE}. Exit status 1 when training would refuse the data.")
+    p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file of rows")
+    p.add_argument("--format", dest="data_format", default="auto", choices=list(FORMATS),
+                   help="the rows' layout (default: auto, per row). " +
+                        "; ".join(f"{k}: {v}" for k, v in FORMATS.items() if k != "auto"))
+    p.add_argument("--columns", default=None, metavar="system=COL,prompt=COL,response=COL",
+                   help="with --format columns: which columns hold the system prompt, prompt and response")
+    p.add_argument("--preset", default="tiny", help="model preset whose tokenizer renders the rows")
+    p.add_argument("--base", default=None, help="take the tokenizer from this checkpoint directory instead")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the preset's training recipe)")
+    p.add_argument("--too-long", choices=("drop", "truncate"), default="drop", help="what happens to longer rows")
+    p.add_argument("--max-bad-fraction", type=float, default=DataConfig.max_bad_fraction,
+                   help="training refuses the data when more rows than this fraction are dropped")
+    p.add_argument("--show", type=int, default=3, metavar="N", help="rows to render (default 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=_cli)
+
+
+def _seq_len(preset: str) -> int:
+    from cookbook import train
+
+    recipe = train.recipe_of(preset)
+    return train.train_preset(recipe).data.seq_len if recipe is not None else DataConfig.seq_len
+
+
+def inspect(source: Any, tokenizer, config: DataConfig, show: int = 3) -> dict[str, Any]:
+    """The report and the first ``show`` kept rows, rendered, as one JSON-able dict.
+
+    Each shown row: its row number, the rendered text, the character spans the loss covers
+    (``[start, end)``), its token count and trained-token count.
+    """
+    raw_rows, _ = read_rows(source)
+    everything = dataclasses.replace(config, max_bad_fraction=1.0)  # report, never refuse here
+    try:
+        examples, report = prepare_examples(source, tokenizer, everything)
+    except DataError as e:
+        return {"error": core.one_line(e), "report": None, "rows": []}
+    shown = []
+    for ex in examples[:max(show, 0)]:
+        text = render(tokenizer, to_conversation(raw_rows[ex.row - 1], config.data_format, config.columns))
+        shown.append({"row": ex.row, "text": text, "trained_spans": [list(s) for s in trained_spans(text)],
+                      "num_tokens": int(len(ex.token_ids)), "num_trained_tokens": int(ex.loss_mask.sum())})
+    pct = report.length_percentiles()
+    return {
+        "report": {
+            "num_rows": report.num_rows, "num_kept": report.num_kept, "num_dropped": report.num_dropped,
+            "num_truncated": report.num_truncated, "num_tokens": report.num_tokens,
+            "num_trained_tokens": report.num_loss_tokens, "seq_len": config.seq_len, "too_long": config.too_long,
+            "num_over_seq_len": report.num_over,
+            "length_percentiles": {("max" if q == 100 else f"p{q}"): n for q, n in pct.items()},
+            "problems": [dataclasses.asdict(p) for p in report.problems],
+            "bad_fraction": report.bad_fraction, "max_bad_fraction": config.max_bad_fraction,
+            "trainable": report.bad_fraction <= config.max_bad_fraction,
+        },
+        "summary": report.summary(max_listed=20),
+        "rows": shown,
+    }
+
+
+def marked(text: str, spans: list[list[int]]) -> str:
+    """``text`` with each trained span between :data:`OPEN` and :data:`CLOSE`."""
+    out, pos = [], 0
+    for start, end in spans:
+        out += [text[pos:start], OPEN, text[start:end], CLOSE]
+        pos = end
+    return "".join([*out, text[pos:]])
+
+
+@core.user_errors("data", DataError, code=1)
+def _cli(args: argparse.Namespace) -> int:
+    from cookbook.data._tokenize import load_tokenizer
+
+    if args.show < 0:
+        raise ValueError(f"--show {args.show}: pass 0 or more rows to render")
+    config = DataConfig(seq_len=args.seq_len or _seq_len(args.preset), too_long=args.too_long,
+                        max_bad_fraction=args.max_bad_fraction, data_format=args.data_format,
+                        columns=args.columns)
+    tokenizer = load_tokenizer(args.preset, base_dir=args.base)
+    result = inspect(args.data, tokenizer, config, show=args.show)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "summary"}, indent=1, ensure_ascii=False))
+    elif result["report"] is None:
+        print(f"cookbook data: {result['error']}", file=sys.stderr)
+    else:
+        print(result["summary"])
+        for r in result["rows"]:
+            print(f"\n--- row {r['row']}: {r['num_tokens']} tokens, {r['num_trained_tokens']} trained "
+                  f"(between {OPEN} and {CLOSE}) ---")
+            print(marked(r["text"], r["trained_spans"]))
+    report = result["report"]
+    if report is None or not report["trainable"]:
+        if report is not None and not args.json:
+            print(f"\ncookbook data: {report['num_dropped']} of {report['num_rows']} rows are dropped "
+                  f"({report['bad_fraction']:.1%}), over --max-bad-fraction {args.max_bad_fraction:.1%}: "
+                  "`cookbook train` would refuse this data; fix the rows listed above", file=sys.stderr)
+        return 1
+    return 0
