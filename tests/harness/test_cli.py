@@ -14,7 +14,7 @@ from cookbook import harness
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 # The recipe's commands, in recipe order.
-COMMANDS = ["base", "plan", "train", "merge", "serve", "bench", "eval", "gpu-recipe", "cost", "demo", "launch"]
+COMMANDS = ["base", "data", "plan", "train", "merge", "serve", "bench", "eval", "gpu-recipe", "cost", "demo", "launch"]
 STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "evaluate", "cost", "harness")
 
 
