@@ -11,10 +11,13 @@ peft, accelerate and datasets), so the configs next to it are the whole recipe:
 What makes the objective the TPU run's (Tunix ``PeftTrainer`` + Qwix LoRA), not TRL's
 defaults, and why each is here:
 
-* Loss on the answer only, with the checkpoint's own Gemma 4 chat template. A token is
-  trained on when it lies in an assistant turn's content or its closing ``<turn|>``; the
-  newline the template writes after ``<turn|>`` is not (TRL's prompt-completion path
-  would train on it). TRL 1.x's ``assistant_only_loss`` needs ``{% generation %}``
+* Loss on what the model writes, with the checkpoint's own Gemma 4 chat template (its
+  tools declared, thinking on when a turn has a thought). A token is trained on when it
+  lies in a model turn: the thought channel, the answer, tool calls and its closing
+  ``<turn|>``; never a tool response's body, a user or a system turn; the newline the
+  template writes after ``<turn|>`` is not (TRL's prompt-completion path would train on
+  it). Rows in every layout the TPU pipeline reads are normalised as it normalises them
+  (``<think>...</think>`` answers become the thought channel). TRL 1.x's ``assistant_only_loss`` needs ``{% generation %}``
   markers, which Gemma 4's template lacks, so rows are tokenised here and TRL gets
   ``input_ids`` + ``completion_mask`` with ``completion_only_loss=True``.
 * Loss normalisation across gradient accumulation (``recipe.json``): Tunix accumulates
@@ -61,39 +64,126 @@ def load_recipe(recipe_dir: str | Path = HERE) -> dict[str, Any]:
 # Data: the TPU pipeline's tokenisation and loss mask (cookbook.data.tokenize_chat), restated
 
 
-def row_messages(row: dict, row_number: int) -> list[dict[str, str]]:
-    """``messages`` of a chat row or a prompt/completion row; raises naming the row."""
-    if "messages" in row:
-        messages = row["messages"]
-    elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
-        messages = [
-            {"role": "user", "content": row["prompt"]},
-            {"role": "assistant", "content": row["completion"]},
-        ]
-    elif isinstance(row.get("prompt"), list) and isinstance(row.get("completion"), list):
-        messages = [*row["prompt"], *row["completion"]]
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+MODEL_TURN, TURN_END = "<|turn>model\n", "<turn|>"
+TOOL_RESPONSE_START, TOOL_RESPONSE_END = "<|tool_response>", "<tool_response|>"
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "model": "assistant", "system": "system"}
+
+
+def split_think(text: str) -> tuple[str | None, str]:
+    """A ``<think>...</think>`` prefix (DeepSeek-R1's layout) -> ``(thought, answer)``."""
+    stripped = text.lstrip()
+    if stripped.startswith(THINK_OPEN):
+        if THINK_CLOSE not in stripped:
+            raise ValueError(f"the answer opens {THINK_OPEN} but never closes it")
+        thought, _, answer = stripped[len(THINK_OPEN):].partition(THINK_CLOSE)
+    elif THINK_CLOSE in stripped and THINK_OPEN not in stripped:
+        thought, _, answer = stripped.partition(THINK_CLOSE)
     else:
-        raise ValueError(f"row {row_number}: needs 'messages' or 'prompt' + 'completion' (has {sorted(row)})")
-    if not messages or messages[-1].get("role") not in ANSWER_ROLES:
+        return None, text
+    return thought.strip() or None, answer.strip()
+
+
+def _raw_messages(row: dict, columns: dict[str, str] | None) -> list[dict]:
+    if columns or ("prompt" in row and "response" in row) or ("instruction" in row and "output" in row):
+        if columns is None and "instruction" in row:
+            prompt = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
+            cols, row = {"system": "system", "prompt": "_p", "response": "output"}, {**row, "_p": prompt}
+        else:
+            cols = columns or {"system": "system", "prompt": "prompt", "response": "response"}
+        system = row.get(cols.get("system", ""))
+        head = [{"role": "system", "content": system}] if system else []
+        return [*head, {"role": "user", "content": row[cols["prompt"]]},
+                {"role": "assistant", "content": row[cols["response"]]}]
+    if "messages" in row:
+        return row["messages"]
+    if "conversations" in row:
+        head = [{"role": "system", "content": row["system"]}] if row.get("system") else []
+        return head + [{"role": SHAREGPT_ROLES[t["from"].lower()], "content": t["value"]} for t in row["conversations"]]
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if isinstance(prompt, str) and isinstance(completion, str):
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+    if isinstance(prompt, list) and isinstance(completion, list):
+        return [*prompt, *completion]
+    raise ValueError(f"needs 'messages', 'conversations', 'prompt' + 'completion'/'response' or "
+                     f"'instruction' + 'output' (has {sorted(row)})")
+
+
+def row_conversation(row: dict, row_number: int, columns: dict[str, str] | None = None) -> dict[str, Any]:
+    """``{"messages", "tools"}`` of a row in any layout the TPU pipeline reads (OpenAI/TRL
+    messages with thinking and tools, prompt/completion, CodeV-R1 or named columns, alpaca,
+    ShareGPT), normalised as it normalises them; raises naming the row."""
+    try:
+        messages, calls, answered = [], [], 0
+        for m in _raw_messages(row, columns):
+            role = {"model": "assistant", "developer": "system"}.get(m["role"], m["role"])
+            msg = {"role": role, "content": m.get("content") if m.get("content") is not None else ""}
+            if role == "tool":
+                if not isinstance(msg["content"], str):
+                    msg["content"] = json.dumps(msg["content"], ensure_ascii=False)
+                if m.get("tool_call_id") is not None:
+                    msg["tool_call_id"] = str(m["tool_call_id"])
+                    msg["name"] = next(c["function"]["name"] for c in calls if c.get("id") == msg["tool_call_id"])
+                else:
+                    msg["name"] = m.get("name") or calls[answered]["function"]["name"]
+                answered += 1
+            elif role == "assistant":
+                thought = m.get("reasoning_content", m.get("reasoning"))
+                if thought is None:
+                    thought, answer = split_think(msg["content"])
+                    msg["content"] = answer if thought is not None else msg["content"]
+                if thought and thought.strip():
+                    msg["reasoning_content"] = thought
+                if m.get("tool_calls"):
+                    calls, answered = [], 0
+                    for c in m["tool_calls"]:
+                        f = c.get("function", c)
+                        args = f.get("arguments")
+                        args = (json.loads(args) if args.strip() else {}) if isinstance(args, str) else args
+                        calls.append({"type": "function", "function": {"name": f["name"], "arguments": args or {}},
+                                      **({"id": str(c["id"])} if c.get("id") is not None else {})})
+                    msg["tool_calls"] = calls
+            messages.append(msg)
+        tools = row.get("tools")
+        tools = json.loads(tools) if isinstance(tools, str) and tools.strip() else tools
+        tools = [{"type": "function", "function": t.get("function", t)} for t in tools] if tools else None
+    except (KeyError, TypeError, AttributeError, StopIteration, ValueError, IndexError) as e:
+        raise ValueError(f"row {row_number}: cannot be read ({type(e).__name__}: {e}); "
+                         "`cookbook data --data FILE` names the problem") from None
+    if not messages or messages[-1]["role"] not in ANSWER_ROLES:
         raise ValueError(f"row {row_number}: the conversation must end with an assistant answer")
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return {"messages": messages, "tools": tools}
 
 
-def tokenize_row(tokenizer, messages: list[dict[str, str]]) -> dict[str, list[int]]:
-    """Token ids of the rendered conversation and a 0/1 mask of the tokens trained on."""
+def trained_spans(text: str) -> list[tuple[int, int]]:
+    """Characters the loss covers: each model turn after ``<|turn>model\\n`` through its
+    ``<turn|>`` (thought, answer, tool calls and the ``<|tool_response>`` that ends a call),
+    never a tool response's body, a user or a system turn."""
+    spans, pos = [], 0
+    while (start := text.find(MODEL_TURN, pos)) >= 0:
+        start += len(MODEL_TURN)
+        close = text.find(TURN_END, start)
+        end = len(text) if close < 0 else close + len(TURN_END)
+        cursor = start
+        while (resp := text.find(TOOL_RESPONSE_START, cursor, end)) >= 0:
+            spans.append((cursor, resp + len(TOOL_RESPONSE_START)))
+            body_end = text.find(TOOL_RESPONSE_END, resp, end)
+            cursor = end if body_end < 0 else body_end + len(TOOL_RESPONSE_END)
+        if cursor < end:
+            spans.append((cursor, end))
+        pos = end
+    return [(a, b) for a, b in spans if b > a]
 
-    def render(msgs, gen):
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
 
-    full = render(messages, False)
-    spans = []
-    for i, m in enumerate(messages):
-        if m["role"] not in ANSWER_ROLES:
-            continue
-        before, through = render(messages[:i], True), render(messages[: i + 1], False)
-        if not (full.startswith(before) and full.startswith(through)):
-            raise ValueError("the chat template does not render conversations prefix-consistently")
-        spans.append((len(before), len(through.rstrip())))
+def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]]:
+    """Token ids of the rendered conversation (its tools declared, thinking on when a turn
+    has a thought) and a 0/1 mask of the tokens trained on."""
+    messages = conversation["messages"]
+    thinking = any(m.get("reasoning_content") for m in messages)
+    full = tokenizer.apply_chat_template(messages, tools=conversation.get("tools"), enable_thinking=thinking,
+                                         tokenize=False, add_generation_prompt=False)
+    spans = trained_spans(full)
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     mask = [
         int(any(s < end and e > start for start, end in spans)) for s, e in enc["offset_mapping"]
@@ -128,7 +218,7 @@ def build_dataset(tokenizer, rows: list[dict], max_length: int | None, too_long:
         raise ValueError(f"too_long={too_long!r}: use 'drop' or 'truncate'")
     out, over = [], 0
     for n, row in enumerate(rows, 1):
-        ex = tokenize_row(tokenizer, row_messages(row, n))
+        ex = tokenize_row(tokenizer, row_conversation(row, n))
         if max_length is not None and len(ex["input_ids"]) > max_length:
             over += 1
             if too_long == "drop":
@@ -298,7 +388,9 @@ __all__ = [
     "init_lora_a_he_uniform",
     "load_recipe",
     "read_rows",
-    "row_messages",
+    "row_conversation",
+    "split_think",
+    "trained_spans",
     "tie_kv_lora_a",
     "tokenize_row",
 ]
