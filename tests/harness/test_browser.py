@@ -26,14 +26,19 @@ import urllib.request
 from pathlib import Path
 
 import browser
-import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("COOKBOOK_TEST_ARTIFACTS", REPO / "runs" / "test-artifacts"))
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
-pytestmark = pytest.mark.skipif(browser.CHROMIUM is None, reason=browser.SKIP_REASON)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chromium() -> str:
+    """Chromium, or a failure under CI / a skip elsewhere (browser.require_chromium). Session-scoped
+    so that it is decided before the session's ``make demo`` (fresh_demo) is started."""
+    return browser.require_chromium()
 
 
 @pytest.mark.slow
@@ -108,6 +113,8 @@ def test_notebook_06_form_in_jupyterlab(tmp_path):
     nb_dir = tmp_path / "notebooks"
     nb_dir.mkdir()
     shutil.copy(REPO / "notebooks" / "06_train.ipynb", nb_dir)  # the session may save; never the source
+    import nbformat  # here, not at the top: its import takes ~2 CPU-s, spent only when this test runs
+
     nb = nbformat.read(nb_dir / "06_train.ipynb", as_version=4)
     params = _parameter_names(nb)
     setup = nb.cells.index(next(c for c in nb.cells if c.source.strip() == "## Setup"))
