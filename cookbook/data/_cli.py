@@ -87,6 +87,25 @@ def inspect(source: Any, tokenizer, config: DataConfig, show: int = 3) -> dict[s
     }
 
 
+def plot_lengths(report, ax=None):
+    """Histogram of the rendered rows' token lengths, with ``seq_len`` and the percentiles."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 2.8))
+    ax.hist(report.lengths, bins=40, color="tab:blue", alpha=0.8)
+    for q, n in report.length_percentiles((50, 90, 99)).items():
+        ax.axvline(n, color="grey", ls=":", lw=1)
+        ax.text(n, ax.get_ylim()[1] * 0.9, f" p{q}", color="grey", fontsize=8)
+    if report.seq_len:
+        ax.axvline(report.seq_len, color="tab:red", lw=1.5, label=f"seq_len={report.seq_len}: "
+                   f"{report.num_over} rows over ({report.too_long})")
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_xlabel("tokens per rendered row")
+    ax.set_ylabel("rows")
+    return ax
+
+
 def marked(text: str, spans: list[list[int]]) -> str:
     """``text`` with each trained span between :data:`OPEN` and :data:`CLOSE`."""
     out, pos = [], 0

@@ -28,6 +28,12 @@ def test_notebook_05_data_pipeline(tmp_path):
     assert got["messy_dropped"] == 10
     assert got["resume_identical"] is True
     assert got["batch_spec"] == "P('fsdp',)"
+    # Section 3b: a CodeV-R1 row, a tool-calling row and a ShareGPT row in Gemma 4's template.
+    assert got["format_rows_shown"] == 3
+    assert got["thought_trained"] and got["tool_call_trained"] and got["tool_response_untrained"]
+    # R1-length thoughts at SEQ_LEN=512: the long tail is reported and truncated, not lost silently.
+    assert got["long_rows_p50"] < seq_len < got["long_rows_max"]
+    assert got["long_rows_truncated"] == got["long_rows_over"] > 0
     # The >= 10x target is benchmarks/data_bench.py's (21x on a quiet machine); this run is
     # small and shares the CI machine, so it asks only for a comfortable margin.
     assert got["headroom_ratio"] == pytest.approx(got["tokens_per_s"] / got["consumed_tokens_per_s"])
