@@ -37,7 +37,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="with --format columns: which columns hold the system prompt, prompt and response")
     p.add_argument("--preset", default="tiny", help="model preset whose tokenizer renders the rows")
     p.add_argument("--base", default=None, help="take the tokenizer from this checkpoint directory instead")
-    p.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the preset's training recipe)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per row (default: the preset's training layout, the planner's recommended one "
+                        f"for a real preset, {DataConfig.seq_len} for the random CPU presets)")
     p.add_argument("--too-long", choices=("drop", "truncate"), default="drop", help="what happens to longer rows")
     p.add_argument("--max-bad-fraction", type=float, default=DataConfig.max_bad_fraction,
                    help="training refuses the data when more rows than this fraction are dropped")
@@ -46,11 +48,14 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cli)
 
 
-def _seq_len(preset: str) -> int:
-    from cookbook import train
+def default_seq_len(preset: str) -> int:
+    """The sequence length ``preset`` trains at: its compiled layout's (real presets), else the
+    CPU recipe's (:class:`DataConfig`'s default)."""
+    from cookbook import fit, models
 
-    recipe = train.recipe_of(preset)
-    return train.train_preset(recipe).data.seq_len if recipe is not None else DataConfig.seq_len
+    if models.get_preset(preset).hf_checkpoint is None:
+        return DataConfig.seq_len
+    return int(fit.recommended_training(preset)["seq_len"])
 
 
 def inspect(source: Any, tokenizer, config: DataConfig, show: int = 3) -> dict[str, Any]:
@@ -121,7 +126,7 @@ def _cli(args: argparse.Namespace) -> int:
 
     if args.show < 0:
         raise ValueError(f"--show {args.show}: pass 0 or more rows to render")
-    config = DataConfig(seq_len=args.seq_len or _seq_len(args.preset), too_long=args.too_long,
+    config = DataConfig(seq_len=args.seq_len or default_seq_len(args.preset), too_long=args.too_long,
                         max_bad_fraction=args.max_bad_fraction, data_format=args.data_format,
                         columns=args.columns)
     tokenizer = load_tokenizer(args.preset, base_dir=args.base)

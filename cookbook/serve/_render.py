@@ -18,12 +18,15 @@ def vllm_model_dir(preset: str = "tiny") -> str:
 
 
 def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generation_prompt: bool = True,
-                     tokenize: bool = True) -> list[int] | str:
+                     tokenize: bool = True, tools: list[dict] | None = None,
+                     **chat_template_kwargs) -> list[int] | str:
     """Render a chat exactly as vLLM's OpenAI chat endpoint does, without a server.
 
     Uses vLLM's own chat-template resolution and ``safe_apply_chat_template`` on the
     model directory vLLM would serve (on CPU, the text-only layout: see
-    ``cookbook.merge.ensure_text_only_base``). Importing vLLM takes ~10-20 s.
+    ``cookbook.merge.ensure_text_only_base``). ``tools`` and ``chat_template_kwargs`` (e.g.
+    ``enable_thinking=True``) are a request's ``tools`` and ``chat_template_kwargs``.
+    Importing vLLM takes ~10-20 s.
     """
     from vllm.config import ModelConfig
     from vllm.renderers.hf import safe_apply_chat_template
@@ -32,6 +35,6 @@ def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generat
     model_config = ModelConfig(model=str(model_dir))
     out = safe_apply_chat_template(
         model_config, get_tokenizer(str(model_dir)), messages,
-        tokenize=tokenize, add_generation_prompt=add_generation_prompt,
+        tokenize=tokenize, add_generation_prompt=add_generation_prompt, tools=tools, **chat_template_kwargs,
     )
     return list(out) if tokenize else out

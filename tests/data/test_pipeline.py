@@ -92,6 +92,23 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
     assert text == tok.apply_chat_template(row["messages"], tokenize=False)
     ids, mask = data.tokenize_chat(tok, row)
     assert tok.decode(ids) == text
+    # A thinking row and a tool-calling row: vLLM, given the request's tools and
+    # chat_template_kwargs, renders the prompt and the whole conversation as training does.
+    weather = {"type": "function", "function": {"name": "weather", "description": "Weather",
+                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    rows = [{"prompt": "An inverter?", "response": "<think>One NOT gate.</think>module inv; endmodule"},
+            {"tools": [weather], "messages": [
+                {"role": "user", "content": "Paris?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "1", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "1", "content": "18 C"}, {"role": "assistant", "content": "Mild."}]}]  # fmt: skip
+    for row in rows:
+        conv = data.to_conversation(row)
+        kwargs = conv.template_kwargs()
+        prompt = [m for m in conv.messages][: max(i for i, m in enumerate(conv.messages) if m["role"] != "assistant") + 1]
+        assert serve.render_with_vllm(served_dir, prompt, **kwargs) == data.prompt_ids(tok, row)
+        full = serve.render_with_vllm(served_dir, conv.messages, add_generation_prompt=False, tokenize=False, **kwargs)
+        assert tok.decode(data.tokenize_chat(tok, row)[0]) == full
+        assert ("<|channel>thought" in full) == conv.thinking and ("<|tool_call>" in full) == bool(conv.tools)
 
 
 # ------------------------------------------------------------------------------------
