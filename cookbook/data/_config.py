@@ -20,7 +20,8 @@ class DataConfig:
       seed: shuffling seed; the same seed gives the same batches.
       shuffle: shuffle rows (each epoch in a new order).
       too_long: ``"drop"`` examples longer than ``seq_len`` or ``"truncate"`` them (kept
-        when some answer tokens survive the cut).
+        when some trained tokens survive the cut: with a long thought, that can be part of
+        the thought and none of the answer; ``cookbook data`` shows how many rows are over).
       max_bad_fraction: refuse to train when more than this fraction of rows was dropped.
       num_packing_bins: rows Grain's first-fit packer fills at once (more bins, fuller rows).
       prefetch: batches prepared ahead on a background thread (0: none).
