@@ -5,6 +5,8 @@ from cookbook.core._cli_errors import (  # noqa: F401
     USER_ERRORS,
     OneLineParser,
     one_line,
+    os_error_line,
+    os_errors,
     user_errors,
 )
 from cookbook.core._compat import (  # noqa: E402, F401
@@ -23,6 +25,7 @@ from cookbook.core._compat import (  # noqa: E402, F401
     tunix_loss_fn,
     tunix_moe_routes_on_residual,
 )
+from cookbook.core._files import fill_once, lock_path, sibling_lock  # noqa: F401
 from cookbook.core._hardware import (  # noqa: F401
     CHIPS,
     PAPER,

@@ -89,11 +89,15 @@ def _run(args) -> int:
     if not (args.endpoint or args.run or args.hf_model or args.completions):
         return _fail("say where completions come from: --endpoint URL, --run RUN_DIR, --hf-model DIR or "
                      "--completions FILE.jsonl")
+    if args.run:
+        if not (Path(args.run) / "recipe.json").is_file():
+            raise FileNotFoundError(f"{args.run} is not a training run (no recipe.json); pass a `cookbook train --out` dir")
+        from cookbook import train
+
+        train.check_run_base(args.run)  # the weights at the recorded base path are still the ones it trained on
     every = problems_lib.load_problems(args.problems)
     problems = every[: args.limit]
     sim_lib.simulator()  # before sampling for minutes
-    if args.run and not (Path(args.run) / "recipe.json").is_file():
-        raise FileNotFoundError(f"{args.run} is not a training run (no recipe.json); pass a `cookbook train --out` dir")
     sampling = (gen_lib.GREEDY.replace(max_tokens=args.max_tokens, seed=args.seed) if args.greedy else
                 gen_lib.SamplingConfig(n=args.n, temperature=args.temperature, top_p=args.top_p,
                                        max_tokens=args.max_tokens, seed=args.seed))

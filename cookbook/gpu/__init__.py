@@ -6,8 +6,10 @@ from cookbook.gpu._parity import (  # noqa: F401
     run_parity,
 )
 from cookbook.gpu._recipe import (  # noqa: F401
+    RECIPE_FILES,
     GpuCluster,
     bitsandbytes_config,
+    check_recipe_dir,
     derive_gpu_recipe,
     gpu_batch_layout,
     launch_command,

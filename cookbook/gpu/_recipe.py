@@ -366,23 +366,51 @@ def derive_gpu_recipe(
     )
 
 
-def write_gpu_recipe(out_dir: str | Path, recipe: GpuRecipe | None = None, **derive_kwargs: Any) -> dict[str, Path]:
-    """Write the GPU recipe to ``out_dir``.
+RECIPE_FILES = ("sft_config.json", "lora_config.json", "recipe.json", "fsdp_config.yaml", "README.md", "train_gpu.py")
+_MARKER = ".cookbook-gpu-recipe.json"  # what says a directory holds a recipe written here
+
+
+def check_recipe_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
+    """Refuse a non-empty ``out_dir`` unless it holds a recipe written before (its marker, or all of
+    :data:`RECIPE_FILES` from before the marker existed) and ``overwrite``: ``--out .`` would
+    replace a project's README.md."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file; pass a directory for the recipe")
+    if not out.is_dir() or not any(out.iterdir()):
+        return out
+    if not ((out / _MARKER).is_file() or all((out / n).is_file() for n in RECIPE_FILES)):
+        raise FileExistsError(f"--out {out} is not empty and holds no recipe written by gpu-recipe; refusing to "
+                              "write README.md, recipe.json and train_gpu.py into it. Choose a new or empty --out")
+    if not overwrite:
+        raise FileExistsError(f"--out {out} already holds a GPU recipe; pass --overwrite (overwrite=True) to "
+                              "rewrite its files, or choose another --out")
+    return out
+
+
+def write_gpu_recipe(out_dir: str | Path, recipe: GpuRecipe | None = None, *, overwrite: bool = True,
+                     **derive_kwargs: Any) -> dict[str, Path]:
+    """Write the GPU recipe to ``out_dir``: a new or empty directory, or one it wrote before.
 
     Files: ``sft_config.json`` (``SFTConfig(**json)``), ``lora_config.json``
     (``peft.LoraConfig(**json)``), ``recipe.json`` (what TRL/PEFT have no field for),
     ``fsdp_config.yaml`` (``accelerate launch --config_file``), ``train_gpu.py`` and a
     ``README.md`` with the launch command. Pass a ``recipe`` or ``derive_gpu_recipe``'s
-    arguments (``config=..., cluster=...``).
+    arguments (``config=..., cluster=...``). ``overwrite``: rewrite those files in a directory
+    that holds a recipe written before (other files there, such as the ``run/`` it trained
+    into, are kept); a non-empty directory it did not write is refused either way
+    (:func:`check_recipe_dir`). ``cookbook gpu-recipe`` asks for ``--overwrite``.
     """
     import yaml
 
     from cookbook.gpu import train_gpu as gpu_train
 
+    out = check_recipe_dir(out_dir, overwrite=overwrite)
     if recipe is None:
         recipe = derive_gpu_recipe(**derive_kwargs)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # First: a run killed part-way leaves a directory that is still known as a recipe's.
+    (out / _MARKER).write_text(json.dumps({"kind": "cookbook gpu-recipe", "files": list(RECIPE_FILES)}) + "\n")
     files = {
         "sft_config.json": json.dumps(recipe.sft, indent=2, sort_keys=True),
         "lora_config.json": json.dumps(recipe.lora, indent=2, sort_keys=True),

@@ -9,6 +9,7 @@ from cookbook import core
 from cookbook.gpu._recipe import (
     GpuCluster,
     GpuRecipe,
+    check_recipe_dir,
     derive_gpu_recipe,
     launch_command,
     write_gpu_recipe,
@@ -48,7 +49,12 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training preset (cookbook.train.train_preset), e.g. gemma4_31b")
     src.add_argument("--run", help="a `cookbook train` run directory: use its exact config")
-    p.add_argument("--out", required=True, help="directory to write the recipe into")
+    p.add_argument("--out", required=True, help="directory to write the recipe into: new or empty, or with "
+                                                "--overwrite one that gpu-recipe wrote before")
+    p.add_argument("--overwrite", action="store_true",
+                   help="rewrite the recipe's own files (README.md, recipe.json, train_gpu.py, ...) in a directory "
+                        "gpu-recipe wrote before, keeping everything else there; any other non-empty --out is "
+                        "refused")
     p.add_argument("--num-gpus", type=int, default=2, help="GPUs on the host (default 2, as the paper)")
     p.add_argument("--fsdp-version", type=int, default=2, choices=(1, 2), help="accelerate FSDP version")
     p.add_argument("--no-bf16", action="store_true", help="train in float32 even for bf16 presets")
@@ -58,12 +64,13 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
 
 @core.user_errors("gpu-recipe", code=2)
 def _cli(args: argparse.Namespace) -> int:
+    check_recipe_dir(args.out, overwrite=args.overwrite)  # before reading a run or deriving anything
     from cookbook import train
 
     config = train.config_of_run(args.run) if args.run else train.train_preset(args.preset)
     cluster = GpuCluster(num_gpus=args.num_gpus, fsdp_version=args.fsdp_version, bf16=not args.no_bf16)
     recipe = derive_gpu_recipe(config, cluster=cluster, base_model=args.base_model)
-    paths = write_gpu_recipe(args.out, recipe)
+    paths = write_gpu_recipe(args.out, recipe, overwrite=args.overwrite)
     for k, v in summary(recipe).items():
         print(f"{k:34} {v}")
     print(f"\nwrote {', '.join(sorted(paths))} to {args.out}")

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if command is None else 2
-    return int(args.func(args) or 0)
+    # A full disk or a refused write, in any subcommand: one line naming the path and the fix.
+    return int(core.os_errors(command or "")(args.func)(args) or 0)
 
 
 if __name__ == "__main__":

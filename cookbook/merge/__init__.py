@@ -1,5 +1,6 @@
 """Stage 07: LoRA checkpoints merged into Hugging Face safetensors, streamed; PEFT adapters; verification."""
 
+from cookbook.merge._cache import ensure_merged, ensure_peft, ensure_text_only_base  # noqa: F401
 from cookbook.merge._checkpoint import (  # noqa: F401
     LoraCheckpoint,
     find_step_dir,
@@ -7,13 +8,12 @@ from cookbook.merge._checkpoint import (  # noqa: F401
     read_lora,
 )
 from cookbook.merge._merge import (  # noqa: F401
-    ensure_merged,
-    ensure_peft,
-    ensure_text_only_base,
+    check_out_dir,
     export_peft,
     hf_module_shape,
     merge_lora,
     parse_size,
+    plan_merge,
 )
 from cookbook.merge._merge import register_cli as register_merge_cli  # noqa: E402, F401, I001
 from cookbook.merge._safetensors import (  # noqa: F401

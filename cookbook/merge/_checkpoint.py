@@ -34,6 +34,7 @@ class LoraCheckpoint:
     run_dir: Path | None
     pairs: tuple[lora.LoraPair, ...]  # a/b hold Orbax ArrayMetadata (shape, dtype)
     commit_ns: int  # when Orbax finished the step; part of cache keys
+    base_fingerprint: str | None = None  # the base's content hash (cookbook.models.fingerprint); None: an older run
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -122,6 +123,7 @@ def open_lora_checkpoint(path: str | Path, *, step: int | None = None, preset: s
         preset=preset or _lookup(meta, "preset", "model_preset"),
         base_dir=_lookup(meta, "base_dir", "base"), run_dir=run_dir, pairs=pairs,
         commit_ns=int(step_meta.get("commit_timestamp_nsecs") or 0),
+        base_fingerprint=_lookup(meta, "base_fingerprint"),
     )
 
 

@@ -11,8 +11,10 @@ over the Hub's 50 GB limit. Here:
   copied byte for byte, touched ones are updated in row blocks with
   ``W + (A @ B) * alpha / rank`` in float32 and cast back (``cookbook.merge``), so memory
   stays flat whatever the model size; output shards have a maximum size and an index;
-* everything is checked against the base before a byte is written, and written to a
-  temporary directory beside OUT that is renamed into place only when complete;
+* everything is checked against the base (its content, by the fingerprint training
+  recorded) before a byte is written, and written to a temporary directory beside OUT that
+  is renamed into place only when complete; OUT is never an input, nor anything but an
+  earlier output of this module when replaced (``check_out_dir``);
 * a text-only ``Gemma4ForCausalLM`` layout (what vLLM on CPU serves) and a PEFT adapter
   (``cookbook.lora``) are offered besides the released multimodal layout.
 """
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -44,11 +45,13 @@ from cookbook.merge._checkpoint import (
 )
 
 __all__ = ["LoraCheckpoint", "find_step_dir", "open_lora_checkpoint", "read_lora", "merge_lora", "plan_merge",
-           "export_peft", "ensure_merged", "ensure_peft", "ensure_text_only_base", "MergeResult"]
+           "export_peft", "check_out_dir", "MergeResult"]
 
 MERGE_FORMAT_VERSION = 1
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30  # like the released shards; the Hub's limit is 50 GB
 _COMPLETE = ".cookbook-complete.json"
+# What the completion record of an output says it is: the only directories --overwrite replaces.
+_OUTPUT_KINDS = ("cookbook merge output", "cookbook PEFT adapter")
 # Files of the multimodal processor that a text-only export must not advertise.
 _PROCESSOR_FILES = {"processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"}
 
@@ -138,7 +141,12 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     if declared and dtypes and names[next(iter(dtypes))] != declared:
         raise ValueError(f"{base_dir}: config.json declares dtype {declared!r} but the weights are "
                          f"{names[next(iter(dtypes))]}; the checkpoint and its config disagree")
-    if ckpt is not None and ckpt.base_dir and Path(ckpt.base_dir).resolve() != base_dir.resolve():
+    if ckpt is not None and ckpt.base_fingerprint:  # by content: a copy elsewhere is fine, other weights are not
+        models.check_same_base(base_dir, {"base_dir": ckpt.base_dir, "base_fingerprint": ckpt.base_fingerprint},
+                               what=f"the LoRA in {ckpt.run_dir or ckpt.step_dir}",
+                               fix="pass --base with the checkpoint it was trained on")
+    elif ckpt is not None and ckpt.base_dir and Path(ckpt.base_dir).resolve() != base_dir.resolve():
+        # A run recorded before fingerprints: only the path can be compared.
         warnings.warn(f"merging into {base_dir}, but the LoRA was trained on {ckpt.base_dir}; make sure "
                       "they hold the same weights (shapes alone cannot tell)", stacklevel=3)
     out = []
@@ -220,6 +228,64 @@ def _clean_stale_tmp(out: Path) -> None:
             pass
 
 
+def _is_own_output(path: Path) -> bool:
+    """Whether ``path`` is a finished output of :func:`merge_lora` or :func:`export_peft`."""
+    try:
+        rec = json.loads((path / _COMPLETE).read_text())
+    except (OSError, ValueError):
+        return False
+    # Outputs written before the record named its kind: the keys only these two records have.
+    return isinstance(rec, dict) and (rec.get("kind") in _OUTPUT_KINDS or {"text_only", "max_shard_bytes"} <= rec.keys()
+                                      or {"lora_step_dir", "layout"} <= rec.keys())
+
+
+def check_out_dir(out: str | Path, *, inputs: dict[str, str | Path | None], overwrite: bool,
+                  flag: str = "--out") -> Path:
+    """Refuse an output directory that would cost data, before anything is read, written or removed.
+
+    OUT may not be an input (``inputs``: what -> path), hold one, or lie inside one; the one place
+    inside a LoRA run it may go is ``RUN/merged/``, where :func:`ensure_merged` caches. An existing
+    OUT is replaced only with ``overwrite``, and only if it is empty or an earlier output of this
+    module (its ``.cookbook-complete.json`` says so): never a training run, a base, or a project.
+    """
+    out = Path(out)
+    where = out.resolve()
+    for what, path in inputs.items():
+        if path is None:
+            continue
+        src = Path(path).resolve()
+        if where == src or where in src.parents:
+            raise ValueError(f"{flag} {out} is or holds the {what} {path}: writing there would delete it. "
+                             f"Choose an {flag} outside {path}")
+        if src in where.parents and not (what == "LoRA run" and src / "merged" in (where, *where.parents)):
+            raise ValueError(f"{flag} {out} lies inside the {what} {path}. Choose an {flag} outside it"
+                             + (f" (or under {path}/merged/)" if what == "LoRA run" else ""))
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise FileExistsError(f"{flag} {out} exists; refusing to overwrite it. Pass --overwrite (overwrite=True) "
+                                  f"to replace an earlier output of cookbook merge, or choose another {flag}")
+        if not (out.is_dir() and not out.is_symlink() and (_is_own_output(out) or not any(out.iterdir()))):
+            raise FileExistsError(f"{flag} {out} exists and is not an earlier output of cookbook merge (no {_COMPLETE} "
+                                  "naming one); refusing to replace it even with --overwrite. Choose another "
+                                  f"{flag} or remove it yourself")
+    return out
+
+
+def _inputs(base_dir: str | Path | None, ckpt: LoraCheckpoint | None) -> dict[str, Path | None]:
+    lora = None if ckpt is None else (ckpt.run_dir or ckpt.step_dir)
+    return {"base checkpoint": None if base_dir is None else Path(base_dir), "LoRA run": lora}
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` to ``out``, replacing an earlier output (checked by the caller):
+    ``out`` is briefly absent, never half-written."""
+    trash = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        out.rename(trash)
+    tmp.rename(out)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, out_dir: str | Path, *,
                text_only: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                overwrite: bool = False, preset: str | models.ModelPreset | None = None, progress: bool = True,
@@ -231,7 +297,8 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
       lora: a training run dir, its ``checkpoints`` dir, a step dir, or an opened checkpoint;
         ``None`` converts the base alone (e.g. to the text-only layout vLLM on CPU needs
         for serving the base with ``--enable-lora``).
-      out_dir: where the merged checkpoint goes; must not exist unless ``overwrite``.
+      out_dir: where the merged checkpoint goes; must not exist unless ``overwrite``, and then be
+        empty or an earlier output of this module; never an input or inside one (:func:`check_out_dir`).
       text_only: write ``Gemma4ForCausalLM`` (keys ``model.layers.*``, text config).
       max_shard_bytes: largest output shard (a larger single tensor gets its own shard).
       preset: architecture name if the checkpoint did not record it.
@@ -243,9 +310,8 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
         ckpt = lora
     else:
         ckpt = open_lora_checkpoint(lora, preset=preset)
-    base_dir, out = Path(base_dir), Path(out_dir)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; refusing to overwrite it. Pass overwrite=True (--overwrite).")
+    base_dir = Path(base_dir)
+    out = check_out_dir(out_dir, inputs=_inputs(base_dir, ckpt), overwrite=overwrite)
     plan = plan_merge(base_dir, ckpt, preset=preset, text_only=text_only)
     groups = shards.plan_shards(plan.tensors, max_shard_bytes)
     names = shards.shard_names(len(groups))
@@ -277,17 +343,13 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
                  "weight_map": {t.name: n for n, g in zip(names, groups, strict=True) for t in g}}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         _copy_side_files(base_dir, tmp, text_only)
-        done = {"version": MERGE_FORMAT_VERSION, "preset": plan.preset.name, "base_dir": str(base_dir),
+        done = {"kind": _OUTPUT_KINDS[0], "version": MERGE_FORMAT_VERSION, "preset": plan.preset.name, "base_dir": str(base_dir),
                 "text_only": text_only, "max_shard_bytes": max_shard_bytes, **(record or {})}
         if ckpt is not None:
             done.update(lora_step_dir=str(ckpt.step_dir), step=ckpt.step, rank=ckpt.rank, alpha=ckpt.alpha)
         (tmp / _COMPLETE).write_text(json.dumps(done, sort_keys=True))
         (tmp / ".pid").unlink()
-        trash = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            out.rename(trash)  # overwrite=True: OUT is briefly absent, never half-written
-        tmp.rename(out)
-        shutil.rmtree(trash, ignore_errors=True)
+        _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -301,9 +363,7 @@ def export_peft(lora: str | Path | LoraCheckpoint, out_dir: str | Path, *, layou
                 preset: str | None = None, base_model: str | None = None, overwrite: bool = False) -> Path:
     """Write the unmerged adapter in PEFT format (float32), atomically, for peft and vLLM."""
     ckpt = lora if isinstance(lora, LoraCheckpoint) else open_lora_checkpoint(lora, preset=preset)
-    out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; refusing to overwrite it. Pass overwrite=True (--overwrite).")
+    out = check_out_dir(out_dir, inputs=_inputs(None, ckpt), overwrite=overwrite, flag="--peft-out")
     tensors = lora_lib.tunix_lora_to_peft(read_lora(ckpt), preset or ckpt.preset or "", {"rank": ckpt.rank},
                                              layout=layout, dtype=np.float32)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -311,60 +371,13 @@ def export_peft(lora: str | Path | LoraCheckpoint, out_dir: str | Path, *, layou
     try:
         lora_lib.write_peft_adapter(tmp, tensors, rank=ckpt.rank, alpha=ckpt.alpha, dropout=ckpt.dropout,
                                        layout=layout, base_model=base_model or ckpt.base_dir)
-        (tmp / _COMPLETE).write_text(json.dumps({"lora_step_dir": str(ckpt.step_dir), "layout": layout}))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        (tmp / _COMPLETE).write_text(json.dumps({"kind": _OUTPUT_KINDS[1], "lora_step_dir": str(ckpt.step_dir),
+                                                 "layout": layout}))
+        _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Cached artefacts for later notebooks
-def _cache_dir(ckpt: LoraCheckpoint, kind: str, options: dict) -> Path:
-    key = hashlib.sha256(json.dumps({"ckpt": str(ckpt.step_dir.resolve()), "commit": ckpt.commit_ns,
-                                     "v": MERGE_FORMAT_VERSION, **options}, sort_keys=True).encode()).hexdigest()[:10]
-    root = ckpt.run_dir if ckpt.run_dir is not None else core.cache_root() / "merged"
-    return root / "merged" / f"step{ckpt.step}-{kind}-{key}"
-
-
-def ensure_merged(run_dir: str | Path, *, text_only: bool = False, step: int | None = None,
-                  base_dir: str | Path | None = None, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-                  progress: bool = True) -> Path:
-    """The merged checkpoint of a training run, merged once and cached under the run dir."""
-    ckpt = open_lora_checkpoint(run_dir, step=step)
-    base_dir = Path(base_dir or ckpt.base_dir or models.ensure_base(ckpt.preset or "tiny"))
-    out = _cache_dir(ckpt, "text" if text_only else "multimodal",
-                     {"text_only": text_only, "max_shard_bytes": max_shard_bytes, "base": str(base_dir)})
-    if models.is_complete(out):
-        return out
-    merge_lora(base_dir, ckpt, out, text_only=text_only, max_shard_bytes=max_shard_bytes,
-               overwrite=out.exists(), progress=progress)
-    return out
-
-
-def ensure_text_only_base(base_dir: str | Path, preset: str | models.ModelPreset) -> Path:
-    """The base checkpoint in the text-only ``Gemma4ForCausalLM`` layout, converted once."""
-    p = models.get_preset(preset)
-    base_dir = Path(base_dir)
-    if not any(k.startswith("model.language_model.") for k in models.read_checkpoint_index(base_dir)):
-        return base_dir  # already text-only
-    key = hashlib.sha256(f"{base_dir.resolve()}|{MERGE_FORMAT_VERSION}".encode()).hexdigest()[:10]
-    out = core.cache_root() / "text_only" / f"{base_dir.name}-{key}"
-    if not models.is_complete(out):
-        merge_lora(base_dir, None, out, text_only=True, preset=p.name, overwrite=out.exists(), progress=False)
-    return out
-
-
-def ensure_peft(run_dir: str | Path, *, layout: str = "text", step: int | None = None) -> Path:
-    """The run's PEFT adapter, exported once and cached under the run dir."""
-    ckpt = open_lora_checkpoint(run_dir, step=step)
-    out = _cache_dir(ckpt, f"peft-{layout}", {"layout": layout})
-    if models.is_complete(out):
-        return out
-    return export_peft(ckpt, out, layout=layout, overwrite=out.exists())
 
 
 # --------------------------------------------------------------------------------------
@@ -390,7 +403,8 @@ def register_cli(sub) -> None:
                     "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
                     "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite")
     p.add_argument("--lora", required=True, help="training run dir, its checkpoints dir, or a step dir")
-    p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
+    p.add_argument("--out", required=True, help="output directory: new, or with --overwrite an earlier merge output "
+                                                "(never a training run, a base or another directory)")
     p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
     p.add_argument("--step", type=int, help="checkpoint step (default: latest)")
     p.add_argument("--text-only", action="store_true", help="write Gemma4ForCausalLM (what vLLM on CPU serves)")
@@ -399,7 +413,8 @@ def register_cli(sub) -> None:
     p.add_argument("--peft-layout", choices=sorted(lora_lib.LAYOUT_PREFIX), default="text")
     p.add_argument("--preset", help="architecture, if the checkpoint did not record it")
     p.add_argument("--alpha", type=float, help="LoRA alpha, if the checkpoint did not record it")
-    p.add_argument("--overwrite", action="store_true", help="replace --out (and --peft-out) if they exist")
+    p.add_argument("--overwrite", action="store_true", help="replace --out (and --peft-out) if they are earlier "
+                                                            "outputs of cookbook merge (or empty)")
     p.set_defaults(func=_cli)
 
 
@@ -411,6 +426,10 @@ def _cli(args: argparse.Namespace) -> int:
     base_dir = args.base or ckpt.base_dir
     if base_dir is None:
         raise ValueError("no --base given and the checkpoint records no base dir: pass --base BASE_DIR")
+    if args.peft_out:  # refused now, not after minutes of merging
+        if Path(args.peft_out).resolve() == Path(args.out).resolve():
+            raise ValueError(f"--peft-out and --out are both {args.out}: give the adapter a directory of its own")
+        check_out_dir(args.peft_out, inputs=_inputs(base_dir, ckpt), overwrite=args.overwrite, flag="--peft-out")
     r = merge_lora(base_dir, ckpt, args.out, text_only=args.text_only, max_shard_bytes=args.max_shard_size,
                    overwrite=args.overwrite, preset=args.preset)
     print(f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "

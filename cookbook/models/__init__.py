@@ -3,6 +3,8 @@
 from cookbook.models._architecture import ModelPreset  # noqa: F401
 from cookbook.models._base import (  # noqa: F401
     BaseDownloadError,
+    BaseMismatchError,
+    check_same_base,
     default_base_dir,
     ensure_base,
     fingerprint,

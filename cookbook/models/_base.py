@@ -57,21 +57,18 @@ def ensure_base(
     if p.hf_checkpoint is not None:
         return _download(p, out)
     target = Path(out) if out is not None else default_base_dir(p, seed)
-    if not is_complete(target):
-        # Several processes may ask at once (the hosts of a local multi-process job, two
-        # notebooks): one builds, the others wait and find it complete.
-        import fcntl
 
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.with_name(f".{target.name}.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not is_complete(target):
-                if target.exists() and any(target.iterdir()):
-                    raise FileExistsError(
-                        f"{target} exists, is not empty and is not a finished cookbook base checkpoint; "
-                        "refusing to overwrite it. Choose another --out or remove it."
-                    )
-                build_random_base(p, target, seed=seed, num_shards=num_shards)
+    def build() -> None:
+        if target.exists() and any(target.iterdir()):
+            raise FileExistsError(
+                f"{target} exists, is not empty and is not a finished cookbook base checkpoint; "
+                "refusing to overwrite it. Choose another --out or remove it."
+            )
+        build_random_base(p, target, seed=seed, num_shards=num_shards)
+
+    # Several processes may ask at once (the hosts of a local multi-process job, two
+    # notebooks): one builds, the others wait and find it complete.
+    core.fill_once(target, is_complete, build)
     recorded = json.loads((target / _COMPLETE).read_text())
     wanted = _build_record(p, seed, num_shards)
     if recorded != wanted:
@@ -124,6 +121,29 @@ def fingerprint(base_dir: str | Path, *, full_hash_bytes: int = _FULL_HASH_BYTES
     with contextlib.suppress(OSError):  # a read-only checkout still fingerprints
         memo.write_text(json.dumps({"stat": stat, "fingerprint": value, "whole_file_hash": whole}))
     return value
+
+
+class BaseMismatchError(ValueError):
+    """A run's LoRA meets a base checkpoint with other contents than the one it was trained on."""
+
+
+def check_same_base(base_dir: str | Path, recorded: dict, *, what: str, fix: str) -> None:
+    """Refuse ``base_dir`` unless its content is the base a run recorded it trained on.
+
+    ``recorded`` is the run's recipe (``base_dir`` and ``base_fingerprint``). Compared by
+    :func:`fingerprint`, so a copy of the same checkpoint elsewhere is accepted and other weights
+    at the same path are not. A run recorded before fingerprints existed has only the path: that
+    is left to the caller, as before.
+    """
+    want = recorded.get("base_fingerprint")
+    if not want:
+        return
+    got = fingerprint(base_dir)
+    if got != want:
+        raise BaseMismatchError(
+            f"{what} was trained on the base {recorded.get('base_dir')} (fingerprint {want}), but {base_dir} "
+            f"holds other weights (fingerprint {got}); {fix}"
+        )
 
 
 def _build_record(p: models.ModelPreset, seed: int, num_shards: int) -> dict:

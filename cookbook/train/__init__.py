@@ -18,6 +18,7 @@ from cookbook.train._runs import (  # noqa: F401
     RECIPE_VERSION,
     build_lora_model,
     cache_key,
+    check_run_base,
     checkpoint_steps,
     config_of_run,
     eval_rows,

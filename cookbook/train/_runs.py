@@ -114,6 +114,18 @@ def load_recipe(run_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def check_run_base(run_dir: str | Path) -> Path:
+    """The base checkpoint ``run_dir`` trained on, refused if the weights at its recorded path
+    are no longer the ones it trained on (compared by content fingerprint; a run recorded before
+    fingerprints is taken at its path, as before)."""
+    rec = load_recipe(run_dir)
+    base_dir = Path(rec["base_dir"])
+    models.check_same_base(base_dir, rec, what=f"the run {run_dir}",
+                           fix=f"put that base back at {base_dir} (`cookbook base`, or the download it was), "
+                               "or train a new run on this one")
+    return base_dir
+
+
 def config_of_run(run_dir: str | Path) -> TrainConfig:
     rec = load_recipe(run_dir)
     return TrainConfig.from_dict(rec["train"]).replace(base_dir=rec["base_dir"])
@@ -130,15 +142,25 @@ def checkpoint_steps(run_dir: str | Path) -> list[int]:
 def read_metrics(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """``metrics.jsonl`` as ``{name: [(step, value), ...]}`` (names like ``train/loss``).
 
-    A resumed run appends; for a step logged twice the later value wins.
+    A resumed run appends; for a step logged twice the later value wins. A line that is not a
+    whole record (the torn last line of a run killed mid-write) is skipped with a warning.
     """
+    import warnings
+
     out: dict[str, dict[int, float]] = {}
     path = Path(run_dir) / "metrics.jsonl"
     if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
                 rec = json.loads(line)
-                out.setdefault(rec["name"], {})[rec["step"]] = float(rec["value"])
+                name, step, value = rec["name"], int(rec["step"]), float(rec["value"])
+            except (ValueError, TypeError, KeyError) as e:
+                warnings.warn(f"{path}:{number}: skipped, not a whole metrics record ({type(e).__name__}: "
+                              f"{line[:60]!r}); a run killed while writing leaves one", stacklevel=2)
+                continue
+            out.setdefault(name, {})[step] = value
     return {k: sorted(v.items()) for k, v in out.items()}
 
 
@@ -206,6 +228,7 @@ def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: An
 
     # For evaluation, sampling and merging: LoRA dropout off (Qwix applies it on every call,
     # so a recipe with dropout, such as 31B's, would otherwise score a noisy model).
+    check_run_base(run_dir)
     config = config_of_run(run_dir).replace(lora={"dropout": 0.0})
     if dense_base:
         config = config.replace(quantize=None)

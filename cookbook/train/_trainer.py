@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,23 +50,34 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class _JsonlBackend:
-    """metrax ``LoggingBackend`` appending ``{"step", "name", "value", "time"}`` lines."""
+    """metrax ``LoggingBackend`` appending ``{"step", "name", "value", "time"}`` lines.
+
+    Each line is one ``write`` to a file opened for appending, so it lands whole; a run killed
+    mid-write may leave a torn last line, which is ended first so that the next record starts a
+    line of its own (``read_metrics`` skips the torn one).
+    """
 
     def __init__(self, path: Path):
-        self._f = path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if path.stat().st_size:
+            with path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
 
     def log_scalar(self, event: str, value, **kwargs) -> None:
-        if self._f.closed or not event.strip("/").startswith(("train/", "eval/")):
+        if self._fd is None or not event.strip("/").startswith(("train/", "eval/")):
             return  # jax.monitoring also reports compile times etc. to every listener
         step = int(kwargs.get("step", 0))
         value = float(np.asarray(value))
         line = {"step": step, "name": event.strip("/"), "value": value if math.isfinite(value) else str(value),
                 "time": round(time.time(), 3)}  # fmt: skip
-        self._f.write(json.dumps(line) + "\n")
-        self._f.flush()
+        os.write(self._fd, (json.dumps(line) + "\n").encode())
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _make_trainer_class():
@@ -203,18 +215,27 @@ def _shared_recipe(run_dir: Path, rec: dict[str, Any]) -> None:
     recipe_path = run_dir / "recipe.json"
     if recipe_path.is_file():
         old = json.loads(recipe_path.read_text())
-        # The base is compared by content: the same checkpoint at another path resumes.
-        same_base = old.get("base_fingerprint", old["base_dir"]) == rec.get("base_fingerprint", rec["base_dir"])
+        # The base is compared by content: the same checkpoint at another path resumes. A run
+        # recorded before fingerprints has only its base's path to compare.
+        if old.get("base_fingerprint") and rec.get("base_fingerprint"):
+            same_base = old["base_fingerprint"] == rec["base_fingerprint"]
+        else:
+            same_base = Path(old["base_dir"]).resolve() == Path(rec["base_dir"]).resolve()
+        if not same_base:
+            raise models.BaseMismatchError(
+                f"{run_dir} was trained on the base {old['base_dir']} (fingerprint {old.get('base_fingerprint')}), "
+                f"but this run's base {rec['base_dir']} holds other weights (fingerprint "
+                f"{rec.get('base_fingerprint')}); resume with --base {old['base_dir']} or choose another --out")
         try:  # through the config, so that a field added since (at its default) is no change
             old_cfg = TrainConfig.from_dict(old["train"]).to_dict()
         except (TypeError, ValueError):
             old_cfg = old["train"]
         old_train = {k: v for k, v in old_cfg.items() if k != "base_dir"}
         new_train = {k: v for k, v in rec["train"].items() if k != "base_dir"}
-        if old_train != new_train or not same_base:
+        if old_train != new_train:
             diff = {k: (old_train.get(k), v) for k, v in new_train.items() if old_train.get(k) != v}
             raise FileExistsError(
-                f"{run_dir} holds a run with another config (changed: {diff or 'the base checkpoint'}); "
+                f"{run_dir} holds a run with another config (changed: {diff}); "
                 "resume it with its own settings or choose another --out"
             )
         if jax.process_count() > 1:
@@ -368,17 +389,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
 
 def ensure_trained(config: TrainConfig, *, progress: bool = True) -> Path:
     """A finished run of ``config``: from the cache, or trained (resuming a partial one) now."""
-    import fcntl
-
-
     run_dir = core.cache_root() / "runs" / f"{config.model_preset}-{cache_key(config)}"
-    if (run_dir / _DONE).is_file():
-        return run_dir
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     # One trainer per run directory: a second caller (another notebook or test process)
-    # waits here, then finds the run finished.
-    with open(run_dir.with_name(run_dir.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (run_dir / _DONE).is_file():
-            train(config, run_dir, progress=progress)
-    return run_dir
+    # waits, then finds the run finished.
+    return core.fill_once(run_dir, lambda d: (d / _DONE).is_file(), lambda: train(config, run_dir, progress=progress))

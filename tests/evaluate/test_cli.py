@@ -62,3 +62,18 @@ def test_missing_simulator_stops_before_sampling(problems_dir, tmp_path, capsys,
     monkeypatch.setenv("PATH", "/nonexistent")
     assert harness.main(["eval", "--problems", str(problems_dir), "--completions", str(tmp_path / "c.jsonl")]) == 1
     assert capsys.readouterr().err.strip() == f"cookbook eval: {evaluate.INSTALL_HINT}"
+
+
+def test_run_trained_on_other_weights_is_refused_before_anything_loads(tmp_path, tiny_base, capsys):
+    """`--run` on a run whose recorded base path now holds other weights: one line naming both
+    fingerprints, before the problems, the simulator or the model are touched."""
+    from cookbook import models, train
+
+    rec = {**train.recipe(train.train_preset("tiny"), tiny_base), "base_fingerprint": "0" * 20}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "recipe.json").write_text(json.dumps(rec))
+    assert harness.main(["eval", "--problems", str(tmp_path / "none"), "--run", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cookbook eval: "), err
+    assert "0" * 20 in err[0] and train.load_recipe(tmp_path / "run")["base_dir"] in err[0], err
+    assert f"fingerprint {models.fingerprint(tiny_base)}" in err[0], err

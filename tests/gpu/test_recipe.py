@@ -135,6 +135,35 @@ def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
     assert "--data" in out.stdout
 
 
+def test_cli_refuses_a_foreign_or_earlier_out_unless_it_wrote_it(tmp_path, capsys):
+    """`cookbook gpu-recipe --out .` overwrote the project's README.md: a non-empty --out that it
+    did not write is refused, --overwrite or not; its own earlier recipe needs --overwrite, which
+    rewrites the recipe's files and keeps the rest (the run/ trained there)."""
+    from cookbook import harness
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# my project\n")
+    for extra in ([], ["--overwrite"]):
+        assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(project), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds no recipe written by gpu-recipe" in err[0] and "empty --out" in err[0], err
+    assert sorted(p.name for p in project.iterdir()) == ["README.md"]
+    assert (project / "README.md").read_text() == "# my project\n"
+
+    out = tmp_path / "recipe"
+    assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= set(gpu.RECIPE_FILES)
+    capsys.readouterr()
+    assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    (out / "README.md").write_text("edited\n")
+    (out / "run").mkdir()
+    (out / "run" / "adapter.safetensors").write_text("trained")
+    assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "README.md").read_text().startswith("# GPU baseline") and (out / "run" / "adapter.safetensors").is_file()
+
+
 def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     """Same ids and the same answer mask as cookbook.data.tokenize_chat (which also leaves
     out the newline after <turn|>, unlike TRL's own prompt-completion path)."""

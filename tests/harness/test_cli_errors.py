@@ -135,3 +135,28 @@ def test_bad_input_is_one_line_naming_the_fix(argv, fix, tmp_path, bad_index_bas
         assert needle in lines[0], (needle, lines[0])
     for name, value in SECRETS.items():
         assert value not in out, f"{name}'s value leaked: {out}"
+
+
+@pytest.mark.parametrize(("code", "fix"), [(28, "free space on that disk"), (13, "check the permissions")])
+def test_a_full_disk_or_refused_write_is_one_line_naming_the_path(code, fix, tmp_path, monkeypatch, capsys):
+    """An OSError from the system (here while `cookbook gpu-recipe` writes its first file) was a
+    traceback: one line naming the path and the fix, or the traceback with COOKBOOK_TRACEBACK=1."""
+    import errno
+
+    original = Path.write_text
+
+    def refused(self, *args, **kwargs):
+        if self.parent == tmp_path / "g":
+            raise (PermissionError if code == errno.EACCES else OSError)(code, os.strerror(code), str(self))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refused)
+    monkeypatch.delenv("COOKBOOK_TRACEBACK", raising=False)
+    assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(tmp_path / "g")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cookbook gpu-recipe: " + os.strerror(code)), err
+    assert str(tmp_path / "g") in err[0] and fix in err[0], err
+    monkeypatch.setenv("COOKBOOK_TRACEBACK", "1")
+    with pytest.raises(OSError) as e:
+        harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(tmp_path / "g")])
+    assert e.value.errno == code

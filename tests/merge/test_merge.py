@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,104 @@ def test_overwrite_replaces_atomically(tiny_base, lora_run, tmp_path):
     assert r.merged_tensors == 41 and r.num_shards >= 3
     assert json.loads((out / ".cookbook-complete.json").read_text())["rank"] == RANK
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def _linked_copy(src: Path, dst: Path) -> Path:
+    """``src``'s files hard-linked into ``dst`` (no dot files: its fingerprint memo is rewritten in place)."""
+    return Path(shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns(".*")))
+
+
+def test_out_over_an_input_or_a_foreign_dir_is_refused_and_nothing_deleted(tiny_base, lora_run, tmp_path, capsys):
+    """`cookbook merge --lora runs/x --out runs/x --overwrite` deleted the training run."""
+    from cookbook import harness
+
+    run = Path(shutil.copytree(lora_run, tmp_path / "runs" / "x"))
+    base = _linked_copy(tiny_base, tmp_path / "base")  # the suite's shared base is never at stake
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    cases = [(run, "is or holds the LoRA run"), (tmp_path / "runs", "is or holds the LoRA run"),
+             (run / "checkpoints", "lies inside the LoRA run"), (base, "is or holds the base checkpoint"),
+             (base / "sub", "lies inside the base checkpoint"),
+             (foreign, "not an earlier output of cookbook merge")]
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for out, message in cases:
+        rc = harness.main(["merge", "--lora", str(run), "--base", str(base), "--out", str(out), "--overwrite"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 1 and len(err) == 1 and message in err[0] and "--out" in err[0], (out, err)
+    # --peft-out is checked before the merge starts: no merged --out is left behind either.
+    rc = harness.main(["merge", "--lora", str(run), "--base", str(base), "--out", str(tmp_path / "new"),
+                       "--peft-out", str(run), "--overwrite"])
+    assert rc == 1 and "--peft-out" in capsys.readouterr().err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # nothing deleted or added
+    assert merge.open_lora_checkpoint(run).step == 1 and (foreign / "keep.txt").read_text() == "mine"
+    # What may be replaced: an empty directory, an earlier output (also one recorded before outputs
+    # named their kind); what may be written inside a run: its merged/ cache.
+    inputs = {"base checkpoint": base, "LoRA run": run}
+    (tmp_path / "empty").mkdir()
+    old = tmp_path / "old-merge"
+    old.mkdir()
+    (old / ".cookbook-complete.json").write_text(json.dumps({"version": 1, "text_only": True, "max_shard_bytes": 1}))
+    for out in (tmp_path / "empty", old, run / "merged" / "step1-text"):
+        assert merge.check_out_dir(out, inputs=inputs, overwrite=True) == out
+    (old / ".cookbook-complete.json").write_text(json.dumps({"preset": "tiny", "seed": 0}))  # a base's record
+    with pytest.raises(FileExistsError, match="not an earlier output"):
+        merge.check_out_dir(old, inputs=inputs, overwrite=True)
+
+
+def test_base_with_other_weights_is_refused_by_content(tiny_base, lora_run, tmp_path):
+    run = Path(shutil.copytree(lora_run, tmp_path / "run"))
+    copy = _linked_copy(tiny_base, tmp_path / "copy")  # the same bytes at another path
+    _edit_metadata(run, base_fingerprint="0" * 20)
+    with pytest.raises(models.BaseMismatchError, match=rf"fingerprint {'0' * 20}\).*{models.fingerprint(tiny_base)}.*--base"):
+        merge.merge_lora(tiny_base, run, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    _edit_metadata(run, base_fingerprint=models.fingerprint(tiny_base))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merge.plan_merge(copy, merge.open_lora_checkpoint(run))  # a copy of the same base: no word
+    _edit_metadata(run, base_fingerprint=None)  # recorded before fingerprints: the path, as before
+    with pytest.warns(UserWarning, match="make sure they hold the same weights"):
+        merge.plan_merge(copy, merge.open_lora_checkpoint(run))
+
+
+@pytest.mark.parametrize("which", ["merged", "peft", "text_only_base"])
+def test_cold_cache_is_filled_once_while_a_second_caller_waits(which, tiny_base, lora_run, tmp_path, monkeypatch):
+    """Two callers on a cold cache: the second waits on the lock and reuses the first's directory
+    (unlocked, both filled it and the second replaced the first's finished one)."""
+    import threading
+
+    from cookbook.merge import _cache
+
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path / "cache"))  # a cold text-only cache
+    run = Path(shutil.copytree(lora_run, tmp_path / "run"))
+    second_filled = threading.Event()
+    fills, results, second = [], [], []
+
+    def fill(*args, **kwargs):
+        out = Path(args[1] if which == "peft" else args[2])
+        fills.append(out)
+        if len(fills) == 1:  # the first filler lets a second caller in and gives it time to fill too
+            second.append(threading.Thread(target=call))
+            second[0].start()
+            second_filled.wait(timeout=0.5)
+        else:
+            second_filled.set()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".cookbook-complete.json").write_text(json.dumps({"kind": "cookbook merge output"}))
+
+    def call():
+        if which == "merged":
+            results.append(merge.ensure_merged(run, text_only=True, progress=False))
+        elif which == "peft":
+            results.append(merge.ensure_peft(run))
+        else:
+            results.append(merge.ensure_text_only_base(tiny_base, "tiny"))
+
+    monkeypatch.setattr(_cache, "export_peft" if which == "peft" else "merge_lora", fill)
+    call()
+    second[0].join(timeout=30)
+    assert len(fills) == 1 and len(results) == 2 and results[0] == results[1] == fills[0]
 
 
 @pytest.mark.slow

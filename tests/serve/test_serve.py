@@ -87,6 +87,30 @@ def test_zero_adapter_zeroes_only_lora_b(tmp_path):
     assert all((t == 1).all() for k, t in tensors.items() if "lora_A" in k)
 
 
+def test_zero_adapter_killed_mid_write_leaves_no_adapter_that_looks_done(tmp_path, monkeypatch):
+    """Written in place, a write that died half-way left adapter_model.safetensors torn, and the
+    next call returned it as finished; now the weights appear only whole, by a rename."""
+    import safetensors.torch
+    from safetensors.torch import load_file
+
+    adapter = _fake_adapter(tmp_path / "a")
+    real_save = safetensors.torch.save_file
+
+    def dies_half_way(tensors, filename, metadata=None):
+        real_save(tensors, filename, metadata=metadata)
+        Path(filename).write_bytes(Path(filename).read_bytes()[:100])
+        raise OSError(28, "No space left on device", filename)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", dies_half_way)
+    with pytest.raises(OSError, match="No space left"):
+        serve.zero_adapter(adapter)
+    out = tmp_path / "a-zero"
+    assert not (out / "adapter_model.safetensors").exists() and not list(out.glob("*.tmp-*"))
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+    tensors = load_file(str(serve.zero_adapter(adapter) / "adapter_model.safetensors"))
+    assert all((t == 0).all() for k, t in tensors.items() if "lora_B" in k) and len(tensors) == 2
+
+
 # ------------------------------------------------------------------------------------------
 # A real server (the session's LoRA server; see conftest.py)
 @pytest.mark.slow

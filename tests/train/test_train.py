@@ -304,6 +304,50 @@ def test_a_run_recorded_before_a_config_field_existed_still_resumes(tmp_path, ti
         _shared_recipe(tmp_path, train.recipe(config.replace(quantize="nf4", quant_tile=32), tiny_base))
 
 
+def test_a_run_is_refused_on_a_base_with_other_weights(tmp_path, tiny_base):
+    """The recorded content fingerprint decides, at resume and at restore (and `cookbook eval
+    --run`, tests/evaluate/test_cli.py); a run recorded before fingerprints compares paths."""
+    from cookbook import models
+    from cookbook.train._trainer import _shared_recipe
+
+    config = train.train_preset("tiny")
+    rec = train.recipe(config, tiny_base)
+    other = {**rec, "base_fingerprint": "0" * 20}
+    (tmp_path / "recipe.json").write_text(json.dumps(other))
+    fingerprints = rf"fingerprint {'0' * 20}\).*fingerprint {rec['base_fingerprint']}"
+    with pytest.raises(models.BaseMismatchError, match=fingerprints + ".*--base"):
+        _shared_recipe(tmp_path, rec)  # resume
+    with pytest.raises(models.BaseMismatchError, match=rf"{'0' * 20}.*{rec['base_fingerprint']}"):
+        train.restore_lora_model(tmp_path)  # before a model is built
+    legacy = {k: v for k, v in rec.items() if k != "base_fingerprint"}
+    (tmp_path / "recipe.json").write_text(json.dumps(legacy))
+    _shared_recipe(tmp_path, rec)  # the same path: resumes, as before fingerprints
+    assert train.check_run_base(tmp_path) == tiny_base.resolve()
+    (tmp_path / "recipe.json").write_text(json.dumps({**legacy, "base_dir": str(tmp_path / "elsewhere")}))
+    with pytest.raises(models.BaseMismatchError, match="elsewhere"):
+        _shared_recipe(tmp_path, rec)
+
+
+def test_a_torn_metrics_line_is_skipped_and_the_next_record_lands_whole(tmp_path):
+    """A run killed mid-write leaves a torn last line in metrics.jsonl; every later train() read
+    it back after training and failed on it."""
+    from cookbook.train._trainer import _JsonlBackend
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "name": "train/loss", "value": 2.5}\n{"step": 2, "name": "train/loss", "value": 2.0}\n'
+                    '{"step": 3, "name": "train/lo')
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl:3: skipped"):
+        assert train.read_metrics(tmp_path) == {"train/loss": [(1, 2.5), (2, 2.0)]}
+    backend = _JsonlBackend(path)  # a resumed run appends
+    backend.log_scalar("train/loss", np.float32(1.5), step=3)
+    backend.log_scalar("jax/compile_time", 1.0, step=3)  # not a metric of the run
+    backend.close()
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl:3: skipped") as caught:
+        assert train.read_metrics(tmp_path) == {"train/loss": [(1, 2.5), (2, 2.0), (3, 1.5)]}
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(caught) == 1 and len(lines) == 4 and lines[3].endswith("\n") and json.loads(lines[3])["value"] == 1.5
+
+
 # --- QLoRA: it resumes like LoRA, and it learns the sample task (issue 14's bar) ---
 
 def _is_quantized(model) -> bool:
