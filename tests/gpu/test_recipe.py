@@ -164,9 +164,34 @@ def test_cli_refuses_a_foreign_or_earlier_out_unless_it_wrote_it(tmp_path, capsy
     assert (out / "README.md").read_text().startswith("# GPU baseline") and (out / "run" / "adapter.safetensors").is_file()
 
 
+_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+THINKING_AND_TOOL_ROWS = [
+    {"messages": [{"role": "system", "content": "Think first."}, {"role": "user", "content": "An inverter?"},
+                  {"role": "assistant", "reasoning_content": "One NOT gate.", "content": "module inv; endmodule"}]},
+    {"tools": [_WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "reasoning": "Ask the tool.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+        {"role": "tool", "content": {"temp": 21}},
+        {"role": "assistant", "content": "Paris 18 C, Rome 21 C."}]},
+    {"tools": json.dumps([_WEATHER["function"]]), "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "model", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}]},
+    {"system": "You write Verilog.", "prompt": "A buffer.", "response": "<think>\nWire it.\n</think>\n\nmodule b; endmodule"},
+    {"prompt": "A buffer.", "response": "Wire it.</think>module b; endmodule"},
+    {"instruction": "A buffer", "input": "of 1 bit.", "output": "<think>Wire.</think>module b; endmodule"},
+    {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "<think>greet</think>hello"},
+                       {"from": "human", "value": "again"}, {"from": "gpt", "value": "hello again"}]},
+]
+
+
 def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
-    """Same ids and the same answer mask as cookbook.data.tokenize_chat (which also leaves
-    out the newline after <turn|>, unlike TRL's own prompt-completion path)."""
+    """Same ids and the same mask as cookbook.data.tokenize_chat on plain, multi-turn, thinking,
+    tool-calling and tool-response rows in every layout (the mask also leaves out the newline
+    after <turn|>, unlike TRL's own prompt-completion path)."""
     from transformers import AutoTokenizer
 
     from cookbook import data
@@ -182,9 +207,10 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
         {"role": "assistant", "content": "nand"},
     ]})  # fmt: skip
     rows.append({"prompt": "Say hi.", "completion": "hi"})
+    rows += THINKING_AND_TOOL_ROWS
     for n, row in enumerate(rows, 1):
         ids, mask = data.tokenize_chat(tok, row)
-        got = train_gpu.tokenize_row(tok, train_gpu.row_messages(row, n))
+        got = train_gpu.tokenize_row(tok, train_gpu.row_conversation(row, n))
         assert got["input_ids"] == ids.tolist()
         assert got["completion_mask"] == mask.tolist()
     # Trained tokens end on <turn|>, never on the newline the template writes after it.
@@ -201,7 +227,7 @@ def test_train_script_drops_or_truncates_long_rows_like_the_pipeline(tiny_base):
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     rows = data.generate_rows("train", n=3)
-    n = len(train_gpu.tokenize_row(tok, rows[0]["messages"])["input_ids"])
+    n = len(train_gpu.tokenize_row(tok, {"messages": rows[0]["messages"]})["input_ids"])
     with pytest.raises(ValueError, match="no usable rows"):
         train_gpu.build_dataset(tok, rows, 8, "drop")
     cut = train_gpu.build_dataset(tok, rows, 8, "truncate")
