@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from cookbook import core
@@ -129,6 +130,9 @@ def _cli(args: argparse.Namespace) -> int:
     config = DataConfig(seq_len=args.seq_len or default_seq_len(args.preset), too_long=args.too_long,
                         max_bad_fraction=args.max_bad_fraction, data_format=args.data_format,
                         columns=args.columns)
+    if not Path(args.data).is_file():  # before the tokenizer loads: a typo should cost nothing
+        raise FileNotFoundError(f"--data {args.data}: the file does not exist; pass a .jsonl, .json or "
+                                ".parquet file of rows")
     tokenizer = load_tokenizer(args.preset, base_dir=args.base)
     result = inspect(args.data, tokenizer, config, show=args.show)
     if args.json:

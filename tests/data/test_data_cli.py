@@ -65,4 +65,4 @@ def test_bad_flags_are_one_line_errors(rows_file, tiny_base, capsys):
     assert "needs a mapping" in capsys.readouterr().err
     assert main(["data", "--data", str(rows_file.with_name("missing.jsonl")), "--base", str(tiny_base)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "does not exist" in err
+    assert err.count("\n") == 1 and "the file does not exist" in err
