@@ -43,7 +43,10 @@ def start_lora_server() -> types.SimpleNamespace:
         api_key_env="COOKBOOK_TEST_VLLM_KEY", startup_timeout_s=600)
     owner = subprocess.Popen([sys.executable, "-c", _OWNER_CODE, json.dumps(dataclasses.asdict(config))],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key})
+                             # Runtime adapter loading: the thinking run's adapter joins only when its test
+                             # runs (tests/evaluate/test_generators.py), so no other user trains that run.
+                             env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key,
+                                  "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
     line = owner.stdout.readline()
     if not line:
         owner.kill()

@@ -44,7 +44,9 @@ from cookbook.data._rows import (  # noqa: F401
     to_messages,
 )
 from cookbook.data._sample_task import (  # noqa: F401
+    OPERATION_NOUNS,
     OPERATIONS,
+    THOUGHT_TEMPLATE,
     answer_of,
     clean_completion,
     exact_match,
@@ -53,6 +55,8 @@ from cookbook.data._sample_task import (  # noqa: F401
     make_row,
     module_names,
     prompt_of,
+    thought_for,
+    thought_of,
     write_jsonl,
     write_messy_jsonl,
 )

@@ -37,8 +37,22 @@ batches of 16 padded 64-token rows): held-out exact match 62% after only 100 ste
 loss 0.11 at step 150; the earlier task in REFERENCE.md needed ~500 steps for 66%. The
 training recipe itself belongs to ``cookbook.train``.
 
-Everything is a pure function of ``(split, n, seed)``: no files, no randomness from the
-environment, so notebooks, tests and servers all see the same rows.
+The thinking variant (``generate_rows(..., thinking=True)``) gives each answer a short thought
+first, in ``reasoning_content`` (what Gemma 4's template renders in its thought channel,
+``<|channel>thought\n...\n<channel|>``, with ``<|think|>`` in a system turn), then the same
+module. The thought is one sentence derived from the row's own spec (name, width, operation),
+so it is deterministic and checkable::
+
+    model: <|channel>thought
+           alu_sum: 8-bit xor, so [7:0] and y = a ^ b.
+           <channel|>module alu_sum(...
+
+A completion is judged on its answer only: :func:`clean_completion` drops the thought
+(Gemma 4's channel, or a ``<think>...</think>`` prefix), so a module written inside the thought
+never counts.
+
+Everything is a pure function of ``(split, n, seed, thinking)``: no files, no randomness from
+the environment, so notebooks, tests and servers all see the same rows.
 """
 
 from __future__ import annotations
@@ -75,11 +89,24 @@ ANSWER_TEMPLATE = (
     "endmodule"
 )
 
+# The thinking variant's thought: the width and the operation, spelled out before the module.
+THOUGHT_TEMPLATE = "{name}: {width}-bit {noun}, so [{msb}:0] and y = a {op} b."
+OPERATION_NOUNS: dict[str, str] = {
+    "adds": "sum",
+    "subtracts": "difference",
+    "multiplies": "product",
+    "ands": "and",
+    "ors": "or",
+    "xors": "xor",
+}
+
 SPLITS = ("train", "eval")
 DEFAULT_SIZES = {"train": 3000, "eval": 200}
 # Markers a completion may end with, depending on how it was decoded (raw ids, vLLM with
 # or without skip_special_tokens): everything from the first one on is not the answer.
 _END_MARKERS = ("<turn|>", "<eos>", "<|turn>")
+# A thought before the answer: Gemma 4's thought channel, or DeepSeek-R1's tags (CodeV-R1).
+_THOUGHT_SPANS = (("<|channel>", "<channel|>"), ("<think>", "</think>"))
 
 
 def is_eval_name(prefix_index: int, suffix_index: int) -> bool:
@@ -103,23 +130,28 @@ def module_names(split: str) -> list[str]:
     ]
 
 
-def make_row(name: str, verb: str, width: int) -> dict[str, Any]:
-    """One chat row: the instruction and its reference module."""
+def make_row(name: str, verb: str, width: int, *, thinking: bool = False) -> dict[str, Any]:
+    """One chat row: the instruction and its reference module (after a thought, with ``thinking``)."""
     if verb not in OPERATIONS:
         raise ValueError(f"unknown operation {verb!r}; choose one of {sorted(OPERATIONS)}")
     if width < 1:
         raise ValueError(f"width must be >= 1 bit, got {width}")
     prompt = PROMPT_TEMPLATE.format(name=name, verb=verb, width=width)
-    answer = ANSWER_TEMPLATE.format(name=name, msb=width - 1, op=OPERATIONS[verb])
-    return {
-        "messages": [
-            {"role": "user", "content": prompt},
-            {"role": "assistant", "content": answer},
-        ]
-    }
+    answer: dict[str, Any] = {"role": "assistant", "content": ANSWER_TEMPLATE.format(
+        name=name, msb=width - 1, op=OPERATIONS[verb])}
+    if thinking:
+        answer["reasoning_content"] = thought_for(name, verb, width)
+    return {"messages": [{"role": "user", "content": prompt}, answer]}
 
 
-def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0) -> list[dict]:
+def thought_for(name: str, verb: str, width: int) -> str:
+    """The thinking variant's thought for a module's spec (one sentence)."""
+    return THOUGHT_TEMPLATE.format(name=name, width=width, msb=width - 1, noun=OPERATION_NOUNS[verb],
+                                   op=OPERATIONS[verb])
+
+
+def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0,
+                  thinking: bool = False) -> list[dict]:
     """Deterministic rows of the sample task in chat ``messages`` format.
 
     Args:
@@ -128,6 +160,8 @@ def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0) 
         most the number of (name, operation, width) combinations (10,752 train, 1,536 eval);
         beyond that they repeat in a new shuffled order.
       seed: shuffles which combinations are drawn and their order.
+      thinking: the thinking variant: each answer carries a thought (:func:`thought_for`) in
+        ``reasoning_content``; the same prompts and modules, in the same order.
 
     Returns:
       ``[{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}, ...]``.
@@ -143,7 +177,7 @@ def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0) 
     while len(rows) < n:
         order = list(combos)
         rng.shuffle(order)
-        rows.extend(make_row(*c) for c in order[: n - len(rows)])
+        rows.extend(make_row(*c, thinking=thinking) for c in order[: n - len(rows)])
     return rows
 
 
@@ -153,23 +187,49 @@ def prompt_of(row: dict) -> str:
 
 
 def answer_of(row: dict) -> str:
-    """The reference answer (assistant turn) of a sample-task row."""
+    """The reference answer (assistant turn) of a sample-task row, without its thought."""
     return _turn(row, "assistant")
 
 
+def thought_of(row: dict) -> str | None:
+    """The thought of a thinking row's answer (``reasoning_content``), None for a plain row."""
+    for message in row.get("messages", []):
+        if message.get("role") == "assistant":
+            return message.get("reasoning_content")
+    raise KeyError(f"row has no 'assistant' turn: {row!r}")
+
+
 def clean_completion(completion: str) -> str:
-    """Cut a model completion at its first end-of-turn marker and trim whitespace."""
+    """The answer of a model completion: cut at its first end-of-turn marker, its thought
+    dropped, whitespace trimmed.
+
+    A thought is Gemma 4's channel (``<|channel>thought ... <channel|>``, every such span, as
+    the chat template's own ``strip_thinking`` does) or a ``<think>...</think>`` prefix (a
+    ``</think>`` without its opening tag ends one too). A thought never closed (the token
+    budget ran out while thinking) leaves no answer. The markers are special tokens: decode
+    with them kept (Tunix does; vLLM with ``skip_special_tokens=False``), or the thought
+    cannot be told from the answer.
+    """
     for marker in _END_MARKERS:
         completion = completion.split(marker, 1)[0]
+    for start, end in _THOUGHT_SPANS:
+        head, closed, tail = completion.partition(end)
+        if closed and start not in head:  # a closing tag without its opening one ends a thought too
+            completion = tail
+        while start in completion:
+            before, _, rest = completion.partition(start)
+            _, closed, after = rest.partition(end)
+            completion = before + (after if closed else "")
     return completion.strip()
 
 
 def exact_match(completion: str, row: dict) -> bool:
-    """Whether ``completion`` is exactly the row's reference answer.
+    """Whether ``completion``'s answer is exactly the row's reference answer.
 
-    Trailing ``<turn|>`` / ``<eos>`` (and anything after them) and surrounding whitespace
-    are ignored, so raw decoded ids and vLLM outputs with special tokens skipped compare
-    alike. Everything else, including spaces inside the module, must match.
+    Trailing ``<turn|>`` / ``<eos>`` (and anything after them), a thought before the answer
+    (:func:`clean_completion`) and surrounding whitespace are ignored, so raw decoded ids and
+    vLLM outputs with special tokens skipped compare alike. Everything else, including
+    spaces inside the module, must match; the thought is not judged.
     """
     return clean_completion(completion) == answer_of(row).strip()
 

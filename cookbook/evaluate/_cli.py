@@ -53,6 +53,10 @@ def register_cli(sub) -> None:
     p.add_argument("--greedy", action="store_true", help="one greedy sample per problem (pass@1)")
     p.add_argument("--k", type=int, nargs="+", default=None, help="pass@k to report (default: 1 and 5 where n >= 5)")
     p.add_argument("--system", default=None, help="a system turn before each prompt")
+    p.add_argument("--thinking", action="store_true",
+                   help="prompt with Gemma 4's thinking on (what a model trained on thoughts expects); only the answer "
+                        "after the thought is scored "
+                        "(on by itself for a --run trained with --sample-task thinking)")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--workers", type=int, default=None, help="parallel simulations (default: one per CPU)")
     p.add_argument("--timeout-s", type=float, default=sim_lib.SimConfig.timeout_s, help="per compile / simulation")
@@ -150,19 +154,21 @@ def _sample(args, problems, sampling, tick):
 
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         return gen_lib.endpoint_samples(client, model, problems, sampling, tokenizer=tokenizer, system=args.system,
-                                        on_done=tick)
+                                        thinking=args.thinking, on_done=tick)
     if args.hf_model:
         from transformers import AutoTokenizer
 
         model = gen_lib.load_transformers_model(args.hf_model, args.adapter)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.hf_model)
-        return gen_lib.transformers_samples(model, tokenizer, problems, sampling, system=args.system, on_done=tick)
+        return gen_lib.transformers_samples(model, tokenizer, problems, sampling, system=args.system,
+                                            thinking=args.thinking, on_done=tick)
     from cookbook import train
 
     run_dir = Path(args.run)
     config = train.config_of_run(run_dir)
     base_dir = train.resolve_base_dir(config)
     model = train.build_lora_model(config, base_dir) if args.base else train.restore_lora_model(run_dir)
+    thinking = args.thinking or config.sample_task == "thinking"  # prompted as it was trained
     generation, _ = gen_lib.tunix_samples(model, train.load_tokenizer(base_dir), problems, sampling,
-                                          system=args.system, on_done=tick)
+                                          system=args.system, thinking=thinking, on_done=tick)
     return generation

@@ -12,6 +12,14 @@ vLLM gives sample ``i`` of a request seeded ``s`` the seed ``s + i``; transforme
 ``s`` once per problem; Tunix once per batch.
 
 The paper's sampling is the default (:data:`PAPER_SAMPLING`: n = 5, T = 0.8, top-p 0.95).
+
+``thinking=True`` (a model trained on thoughts: ``cookbook train --sample-task thinking``, or
+CodeV-R1's rows) prompts with Gemma 4's thinking switch on (``enable_thinking``: ``<|think|>``
+in a system turn) and keeps the thought apart from the answer, which alone is scored: Tunix's
+text keeps the ``<|channel>``/``<channel|>`` markers (``cookbook.data.clean_completion`` drops
+what lies between them), transformers decodes with special tokens kept, and vLLM's chat endpoint
+returns the answer as ``content`` and the thought as ``reasoning`` (its ``gemma4`` reasoning
+parser, which ``cookbook serve`` turns on), or, for token-id prompts, text with the markers kept.
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cookbook import data as data_lib
 from cookbook import models
 from cookbook.evaluate._problems import Problem
 
@@ -72,10 +79,12 @@ class Generation:
     sampling: SamplingConfig
     generator: str  # "vllm", "tunix", "transformers"
     seconds: float
+    thinking: bool = False  # prompted with thinking on; completions may hold a thought before the answer
+    thoughts: dict[str, list[str | None]] | None = None  # vLLM chat: the reasoning parser's thoughts, apart
 
     def describe(self) -> dict[str, Any]:
         return {"generator": self.generator, **self.sampling.as_dict(), "seconds": self.seconds,
-                "problems": len(self.completions)}
+                "problems": len(self.completions), **({"thinking": True} if self.thinking else {})}
 
 
 def answer_budget(tokenizer, problems: Sequence[Problem], slack: int = 16) -> int:
@@ -84,38 +93,61 @@ def answer_budget(tokenizer, problems: Sequence[Problem], slack: int = 16) -> in
     return max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers) + slack
 
 
-def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None) -> list[int]:
+def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> list[int]:
     """The ids every generator is given: the chat rendered by the tokenizer's own template."""
-    return data_lib.prompt_ids(tokenizer, {"messages": problem.messages(system)})
+    return list(tokenizer(prompt_text(tokenizer, problem, system, thinking=thinking),
+                          add_special_tokens=False)["input_ids"])
+
+
+def prompt_text(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> str:
+    """The text of :func:`prompt_token_ids`: the chat and the generation prompt, thinking on or off.
+
+    Rendered here, not by ``cookbook.data.prompt_text``: a problem is a prompt without an answer,
+    which the data reader (rightly, for training rows) refuses.
+    """
+    return tokenizer.apply_chat_template(problem.messages(system), tokenize=False, add_generation_prompt=True,
+                                         **({"enable_thinking": True} if thinking else {}))
 
 
 # ------------------------------------------------------------------------------------------
 # vLLM (any OpenAI-compatible endpoint)
 def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                     *, tokenizer=None, system: str | None = None, concurrency: int = 16,
+                     *, tokenizer=None, system: str | None = None, thinking: bool = False, concurrency: int = 16,
                      on_done: Callable[[int], None] | None = None) -> Generation:
     """Samples through an OpenAI-compatible server (``openai.OpenAI`` client), one request per problem.
 
     With ``tokenizer``, prompts go as token ids to ``/v1/completions`` (exactly what the
     trainer's template renders); without, as messages to ``/v1/chat/completions`` (the
     server renders them with the checkpoint's template, which for the cookbook's checkpoints
-    is the same one).
+    is the same one). With ``thinking`` (vLLM's own request fields): the template's
+    ``enable_thinking``, and special tokens kept in the text. A chat completion's answer is
+    its ``content``; its ``reasoning`` (the thought, where the server runs a reasoning parser)
+    is kept apart in ``Generation.thoughts`` and never scored.
     """
-    def one(i: int) -> tuple[list[str], list[int]]:
+    extra = {"extra_body": {"skip_special_tokens": False, "chat_template_kwargs": {"enable_thinking": True}}
+             } if thinking else {}
+
+    def one(i: int) -> tuple[list[str], list[int], list[str | None]]:
         p = problems[i]
         seed = sampling.seed + i
         common = {"model": model, "n": sampling.n, "temperature": sampling.temperature,
-                  "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": seed}
+                  "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": seed, **extra}
         if tokenizer is not None:
-            resp = client.completions.create(prompt=prompt_token_ids(tokenizer, p, system), **common)
-            texts = [c.text for c in sorted(resp.choices, key=lambda c: c.index)]
+            resp = client.completions.create(prompt=prompt_token_ids(tokenizer, p, system, thinking=thinking),
+                                             **common)
+            choices = sorted(resp.choices, key=lambda c: c.index)
+            texts, thoughts = [c.text for c in choices], [None] * len(choices)
         else:
             resp = client.chat.completions.create(messages=p.messages(system), **common)
-            texts = [c.message.content or "" for c in sorted(resp.choices, key=lambda c: c.index)]
-        return texts, [seed + j for j in range(sampling.n)]
+            choices = sorted(resp.choices, key=lambda c: c.index)
+            texts = [c.message.content or "" for c in choices]
+            # vLLM >= 0.10 names it `reasoning` (`reasoning_content` before)
+            thoughts = [getattr(c.message, "reasoning", None) or getattr(c.message, "reasoning_content", None)
+                        for c in choices]
+        return texts, [seed + j for j in range(sampling.n)], thoughts
 
     t0 = time.perf_counter()
-    out: dict[int, tuple[list[str], list[int]]] = {}
+    out: dict[int, tuple[list[str], list[int], list[str | None]]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = {pool.submit(one, i): i for i in range(len(problems))}
         for fut in concurrent.futures.as_completed(futures):
@@ -124,13 +156,14 @@ def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: 
                 on_done(sampling.n)
     return Generation(completions={p.name: out[i][0] for i, p in enumerate(problems)},
                       seeds={p.name: list(out[i][1]) for i, p in enumerate(problems)},
-                      sampling=sampling, generator="vllm", seconds=time.perf_counter() - t0)
+                      sampling=sampling, generator="vllm", seconds=time.perf_counter() - t0, thinking=thinking,
+                      thoughts={p.name: out[i][2] for i, p in enumerate(problems)} if thinking else None)
 
 
 # ------------------------------------------------------------------------------------------
 # Tunix's sampler on the JAX model (the TPU recipe's model, before merging)
 def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                  *, batch_size: int = 50, sampler=None, system: str | None = None,
+                  *, batch_size: int = 50, sampler=None, system: str | None = None, thinking: bool = False,
                   on_done: Callable[[int], None] | None = None) -> tuple[Generation, Any]:
     """Samples from a Tunix Gemma 4 model (with or without LoRA) with Tunix's ``Sampler``.
 
@@ -143,9 +176,8 @@ def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: Sampl
     """
     from flax import nnx
 
-    prompts = [tokenizer.apply_chat_template(p.messages(system), tokenize=False, add_generation_prompt=True)
-               for p in problems]
-    longest = max(len(prompt_token_ids(tokenizer, p, system)) for p in problems)
+    prompts = [prompt_text(tokenizer, p, system, thinking=thinking) for p in problems]
+    longest = max(len(prompt_token_ids(tokenizer, p, system, thinking=thinking)) for p in problems)
     max_prompt = 1 << (longest - 1).bit_length()
     cache_size = max_prompt + sampling.max_tokens + 1
     if sampler is None or sampler.cache_config.cache_size < cache_size:
@@ -171,7 +203,7 @@ def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: Sampl
     generation = Generation(
         completions={p.name: [texts[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
         seeds={p.name: [seeds[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
-        sampling=sampling, generator="tunix", seconds=time.perf_counter() - t0)
+        sampling=sampling, generator="tunix", seconds=time.perf_counter() - t0, thinking=thinking)
     return generation, sampler
 
 
@@ -197,13 +229,14 @@ def load_transformers_model(model_dir: str | Path, adapter_dir: str | Path | Non
 
 
 def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                         *, system: str | None = None, num_threads: int | None = None,
+                         *, system: str | None = None, thinking: bool = False, num_threads: int | None = None,
                          on_done: Callable[[int], None] | None = None) -> Generation:
     """Samples with transformers ``generate``: one call per problem (``num_return_sequences=n``),
     seeded ``seed + i`` with ``torch.manual_seed``; no padding, so no padding effects.
 
     ``num_threads`` sets torch's CPU threads for the call (restored after): on a small
     shared CPU host, 1 is several times faster than spinning threads fighting for cores.
+    With ``thinking``, special tokens stay in the text, so the thought can be told from the answer.
     """
     import torch
 
@@ -222,15 +255,15 @@ def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling
             torch.set_num_threads(num_threads)
         with torch.inference_mode():
             for i, p in enumerate(problems):
-                ids = torch.tensor([prompt_token_ids(tokenizer, p, system)])
+                ids = torch.tensor([prompt_token_ids(tokenizer, p, system, thinking=thinking)])
                 torch.manual_seed(sampling.seed + i)
                 out = model.generate(ids, **kwargs)
-                completions[p.name] = [tokenizer.decode(row[ids.shape[1]:].tolist(), skip_special_tokens=True)
-                                       for row in out]
+                completions[p.name] = [tokenizer.decode(row[ids.shape[1]:].tolist(),
+                                                        skip_special_tokens=not thinking) for row in out]
                 seeds[p.name] = [sampling.seed + i] * sampling.n
                 if on_done is not None:
                     on_done(sampling.n)
     finally:
         torch.set_num_threads(threads)
     return Generation(completions=completions, seeds=seeds, sampling=sampling, generator="transformers",
-                      seconds=time.perf_counter() - t0)
+                      seconds=time.perf_counter() - t0, thinking=thinking)

@@ -29,6 +29,11 @@ def register_cli(sub) -> None:
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--lora", action="append", default=[], metavar="NAME=DIR", help="PEFT adapter")
     p.add_argument("--api-key-env", default=None, help="env var holding the API key")
+    p.add_argument("--reasoning-parser", default="gemma4", metavar="NAME",
+                   help="vLLM reasoning parser: a thought comes back as `reasoning`, apart from `content` "
+                        "(default gemma4; 'none': off)")
+    p.add_argument("--tools", action="store_true",
+                   help="parse Gemma 4 tool calls into `tool_calls` (--tool-call-parser gemma4 --enable-auto-tool-choice)")
     p.add_argument("--tpu", action="store_true", help="print the v6e vLLM-TPU docker command instead")
     p.add_argument("--preset", default="gemma4_31b", help="architecture (for --tpu's TP size)")
     p.add_argument("--chips", type=int, default=8)
@@ -44,7 +49,8 @@ def _cli(args) -> int:
     loras = tuple(tuple(x.split("=", 1)) for x in args.lora)
     cfg = ServeConfig(model_dir=args.model_dir, served_model_name=args.name, host=args.host,
                       port=args.port, max_model_len=args.max_model_len, lora_modules=loras,
-                      api_key_env=args.api_key_env)
+                      api_key_env=args.api_key_env, tool_parser="gemma4" if args.tools else None,
+                      reasoning_parser=None if args.reasoning_parser.lower() == "none" else args.reasoning_parser)
     if args.tpu:
         tpu = serve_tpu.TpuServeConfig(chips=args.chips)
         if args.script:

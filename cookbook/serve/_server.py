@@ -65,6 +65,10 @@ class ServeConfig:
     uni_executor: bool = True  # CPU: run the worker inside the engine process (one import fewer, ~35 s)
     seed: int = 0
     startup_timeout_s: float = 300.0
+    # vLLM's Gemma 4 parsers: the thought comes back as `reasoning`, apart from `content` (answers
+    # without a thought are all content); tool calls (<|tool_call>...) as `tool_calls`, on request.
+    reasoning_parser: str | None = "gemma4"
+    tool_parser: str | None = None  # "gemma4": --tool-call-parser gemma4 --enable-auto-tool-choice
     extra_args: tuple[str, ...] = ()
 
 
@@ -176,6 +180,10 @@ def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
         args += ["-O0"]
     if config.uni_executor and cpu:
         args += ["--distributed-executor-backend", "uni"]
+    if config.reasoning_parser:
+        args += ["--reasoning-parser", config.reasoning_parser]
+    if config.tool_parser:
+        args += ["--tool-call-parser", config.tool_parser, "--enable-auto-tool-choice"]
     args += lora_args(config, [d for _, d in config.lora_modules])
     return args + list(config.extra_args)
 

@@ -4,10 +4,12 @@ from cookbook.train._cli import config_from_args  # noqa: F401
 from cookbook.train._cli import register_cli as register_train_cli  # noqa: F401
 from cookbook.train._config import (  # noqa: F401
     CLI_FLAGS,
+    SAMPLE_TASKS,
     TRAIN_PRESETS,
     TrainConfig,
     cli_command,
     describe_configs,
+    for_sample_task,
     make_optimizer,
     recipe_of,
     train_preset,

@@ -10,7 +10,14 @@ from typing import Any
 from cookbook import core, models
 from cookbook import data as data_lib
 from cookbook import mesh as mesh_lib
-from cookbook.train._config import CLI_FLAGS, TRAIN_PRESETS, TrainConfig, recipe_of, train_preset
+from cookbook.train._config import (
+    CLI_FLAGS,
+    SAMPLE_TASKS,
+    TRAIN_PRESETS,
+    TrainConfig,
+    recipe_of,
+    train_preset,
+)
 from cookbook.train._evaluate import evaluate
 from cookbook.train._pod import pod_commands
 from cookbook.train._runs import eval_rows, load_tokenizer, resolve_base_dir, restore_lora_model
@@ -35,6 +42,13 @@ def register_cli(sub) -> None:
                    help="print the resolved training config as JSON and exit (nothing is trained)")
     p.add_argument("--data", default=None, help="training data .jsonl/.parquet (default: the sample task)")
     p.add_argument("--eval-data", default=None, help="held-out rows (default: the sample task's eval split)")
+    p.add_argument("--format", dest="data_format", default=None, choices=list(data_lib.FORMATS),
+                   help="the rows' layout (default: auto, per row; `cookbook data --help` lists them)")
+    p.add_argument("--columns", default=None, metavar="system=COL,prompt=COL,response=COL",
+                   help="with --format columns: which columns hold the system prompt, prompt and response")
+    p.add_argument("--sample-task", default=None, choices=SAMPLE_TASKS,
+                   help="without --data: the sample task's plain rows (default) or its thinking variant "
+                        "(a thought in Gemma 4's thought channel before each module)")
     p.add_argument("--out", default=None, help="run directory (checkpoints, metrics, recipe.json); required to train")
     p.add_argument("--base", default=None, help="base checkpoint directory (default: cookbook base)")
     for path, flag, kind, help_text in CLI_FLAGS:
@@ -65,7 +79,7 @@ def config_from_args(args) -> TrainConfig:
                f"{recipe_name} --slice SLICE` checks one)" if recipe_name in models.PRESETS else "")
         raise ValueError(f"no training recipe {recipe_name!r}{why} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
                          f"--recipe tiny (CPU) or --recipe gemma4_31b (TPU) and --preset {args.preset}")
-    config = train_preset(recipe_name)
+    config = train_preset(recipe_name, sample_task=args.sample_task or "plain")
     if args.recipe and args.preset != config.model_preset:
         config = config.replace(model_preset=args.preset)
     changes: dict[str, Any] = {}
@@ -103,6 +117,10 @@ def config_from_args(args) -> TrainConfig:
         changes.update(mesh_fsdp=fsdp, mesh_tp=tp)
     if args.no_packing:
         nested["data"]["packing"] = False
+    if args.data_format:
+        nested["data"]["data_format"] = args.data_format
+    if args.columns:
+        nested["data"]["columns"] = args.columns
     if args.seed is not None:
         nested["data"]["seed"] = args.seed  # the seed also orders the data
     changes.update({k: v for k, v in nested.items() if v})

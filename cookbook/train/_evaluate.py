@@ -20,8 +20,10 @@ def evaluate(
     """Greedy-decode each row's prompt with Tunix's ``Sampler``; exact match vs its answer.
 
     Prompts are rendered with the chat template and generation prompt (as vLLM renders
-    them); decoding stops at ``<eos>`` or ``<turn|>``. Pass ``sampler`` (from a previous
-    call's ``"sampler"``) to reuse its compiled functions; its weights are refreshed.
+    them, with the row's settings: a row whose answer carries a thought is prompted with
+    thinking on, and its answer alone is compared); decoding stops at ``<eos>`` or
+    ``<turn|>``. Pass ``sampler`` (from a previous call's ``"sampler"``) to reuse its
+    compiled functions; its weights are refreshed.
 
     Returns:
       ``{"accuracy", "correct", "n", "completions", "sampler"}``.
@@ -33,12 +35,10 @@ def evaluate(
 
     if not rows:
         raise ValueError("evaluate() needs at least one row")
-    prompts = [tokenizer.apply_chat_template(data_lib.to_messages(r)[:-1], tokenize=False,
-                                             add_generation_prompt=True) for r in rows]  # fmt: skip
+    prompts = [data_lib.prompt_text(tokenizer, r) for r in rows]
     prompt_len = max(len(data_lib.prompt_ids(tokenizer, r)) for r in rows)
     if max_new_tokens is None:
-        answer_len = max(len(tokenizer(data.answer_of(r), add_special_tokens=False)["input_ids"])
-                         for r in rows)  # fmt: skip
+        answer_len = max(len(tokenizer(_written(r), add_special_tokens=False)["input_ids"]) for r in rows)
         max_new_tokens = answer_len + 8
     max_prompt = 1 << (prompt_len - 1).bit_length()
     if sampler is None:
@@ -55,3 +55,11 @@ def evaluate(
     correct = sum(data.exact_match(c, r) for c, r in zip(completions, rows, strict=True))
     return {"accuracy": correct / len(rows), "correct": correct, "n": len(rows),
             "completions": completions, "sampler": sampler}  # fmt: skip
+
+
+def _written(row: dict) -> str:
+    """What the model writes for a row: the answer, after its thought channel where it has one."""
+    from cookbook import data
+
+    thought = data.thought_of(row)
+    return data.answer_of(row) if not thought else f"<|channel>thought\n{thought}\n<channel|>{data.answer_of(row)}"

@@ -52,7 +52,8 @@ def train_rows(config: TrainConfig):
         return config.train_data
     from cookbook import data
 
-    return data.generate_rows("train", n=config.num_train_rows, seed=config.seed)
+    return data.generate_rows("train", n=config.num_train_rows, seed=config.seed,
+                              thinking=config.sample_task == "thinking")
 
 
 def eval_rows(config: TrainConfig) -> list[dict]:
@@ -62,7 +63,8 @@ def eval_rows(config: TrainConfig) -> list[dict]:
         return [r for r in rows if r is not None]
     from cookbook import data
 
-    return data.generate_rows("eval", n=config.num_eval_rows, seed=config.seed)
+    return data.generate_rows("eval", n=config.num_eval_rows, seed=config.seed,
+                              thinking=config.sample_task == "thinking")
 
 
 def make_mesh(config: TrainConfig):
@@ -203,7 +205,8 @@ def cache_key(config: TrainConfig) -> str:
     (:func:`cookbook.models.fingerprint`: the same bytes at another path reuse the run), the
     recipe version, :func:`result_determinants`, and for a QLoRA recipe the quantized step
     (:data:`cookbook.lora.QLORA_STEP`: a run trained before the step changed is not reused; bf16
-    runs keep their keys).
+    runs keep their keys), and for the thinking sample task the wording of its thoughts
+    (:data:`cookbook.data.THOUGHT_TEMPLATE`).
     """
 
     cfg = config.to_dict()
@@ -212,6 +215,8 @@ def cache_key(config: TrainConfig) -> str:
              "runtime": result_determinants()}
     if config.quantize:
         parts["qlora_step"] = lora_lib.QLORA_STEP
+    if config.sample_task == "thinking":  # the rows' thoughts: a new wording trains a new run
+        parts["thought"] = data_lib.THOUGHT_TEMPLATE
     blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -75,3 +75,47 @@ def test_bad_arguments_are_named():
         data.generate_rows("test")
     with pytest.raises(ValueError, match="unknown operation"):
         data.make_row("x_y", "divides", 8)
+
+
+def test_thinking_rows_are_the_plain_rows_with_a_thought_from_their_own_spec():
+    plain = data.generate_rows("eval", n=60)
+    thinking = data.generate_rows("eval", n=60, thinking=True)
+    assert [data.prompt_of(r) for r in thinking] == [data.prompt_of(r) for r in plain]
+    assert [data.answer_of(r) for r in thinking] == [data.answer_of(r) for r in plain]
+    assert all(data.thought_of(r) is None for r in plain)  # the default rows are unchanged
+    assert all("reasoning_content" not in m for r in plain for m in r["messages"])
+    for row in thinking:
+        name, verb, width = PROMPT_RE.fullmatch(data.prompt_of(row)).groups()
+        thought = data.thought_of(row)
+        assert thought == f"{name}: {width}-bit {data.OPERATION_NOUNS[verb]}, so [{int(width) - 1}:0] " \
+                          f"and y = a {data.OPERATIONS[verb]} b."
+        assert "module" not in thought  # nothing the scorer could take for the answer
+    assert thinking == data.generate_rows("eval", n=60, thinking=True)
+
+
+def test_a_thinking_row_renders_gemma4s_thought_channel_and_trains_on_it():
+    tokenizer = data.load_tokenizer("tiny")
+    row = data.generate_rows("train", n=1, thinking=True)[0]
+    thought, answer = data.thought_of(row), data.answer_of(row)
+    prompt = data.prompt_text(tokenizer, row)
+    assert prompt.startswith("<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\n")
+    assert prompt.endswith("<turn|>\n<|turn>model\n")
+    ids, mask = data.tokenize_chat(tokenizer, row)
+    trained = tokenizer.decode(ids[mask.astype(bool)])
+    assert trained == f"<|channel>thought\n{thought}\n<channel|>{answer}<turn|>"  # the loss covers both
+    assert len(ids) <= 128  # ~100 tokens: two per row need the thinking recipe's 200 (cookbook.train)
+
+
+def test_the_answer_is_judged_never_the_thought():
+    row = data.generate_rows("eval", n=1)[0]
+    answer = data.answer_of(row)
+    wrong = answer.replace("a ", "b ", 1)
+    channel = "<|channel>thought\n{}\n<channel|>"
+    assert data.exact_match(channel.format("think first") + answer + "<turn|>", row)
+    assert not data.exact_match(channel.format(answer) + wrong, row)  # the right module, but in the thought
+    assert not data.exact_match(channel.format(answer), row)
+    assert not data.exact_match("<|channel>thought\n" + answer, row)  # never closed: no answer yet
+    assert data.exact_match(f"<think>{wrong}</think>\n{answer}", row)  # DeepSeek-R1 / CodeV-R1 layout
+    assert not data.exact_match(f"<think>{answer}</think>{wrong}", row)
+    assert not data.exact_match(f"{answer}</think>{wrong}", row)  # a closing tag alone ends a thought
+    assert data.clean_completion(f"{channel.format('a')}x{channel.format('b')}y") == "xy"  # every span

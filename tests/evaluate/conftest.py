@@ -49,3 +49,28 @@ def tiny_greedy(iverilog):
     return types.SimpleNamespace(
         run_dir=run_dir, problems=problems, tokenizer=tokenizer, sampling=sampling, generation=tuned,
         tuned=evaluate.score_generation(problems, tuned), base=evaluate.score_generation(problems, base))
+
+
+@pytest.fixture(scope="session")
+def tiny_thinking(iverilog):
+    """The tiny recipe's thinking run (`cookbook train --sample-task thinking`: a thought in Gemma 4's
+    thought channel before each module), 48 of its held-out rows as problems, and Tunix's greedy
+    samples with thinking on, scored (shared by the thinking tests)."""
+    import types
+
+    from cookbook import data, train
+
+    run_dir = train.ensure_trained(train.train_preset("tiny", sample_task="thinking"))
+    config = train.config_of_run(run_dir)
+    tokenizer = train.load_tokenizer(train.resolve_base_dir(config))
+    rows = train.eval_rows(config)[:48]
+    problems = evaluate.sample_task_problems(rows)
+    # The answer's budget plus the longest thought channel the rows hold.
+    channel = max(len(tokenizer(f"<|channel>thought\n{data.thought_of(r)}\n<channel|>",
+                                add_special_tokens=False)["input_ids"]) for r in rows)
+    sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems) + channel)
+    model = train.restore_lora_model(run_dir)
+    generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, sampling, batch_size=48, thinking=True)
+    return types.SimpleNamespace(run_dir=run_dir, rows=rows, problems=problems, tokenizer=tokenizer, model=model,
+                                 sampling=sampling, generation=generation, sampler=sampler,
+                                 scores=evaluate.score_generation(problems, generation))

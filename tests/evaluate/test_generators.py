@@ -1,5 +1,6 @@
 """The three generators on the tiny fine-tuned model: functional pass@1 against exact match,
-greedy vLLM = Tunix on the same checkpoint, and n = 5 sampling through each."""
+greedy vLLM = Tunix on the same checkpoint, and n = 5 sampling through each; the same on the
+thinking run (a thought, then the module: only the module is scored)."""
 
 import json
 
@@ -104,3 +105,66 @@ def test_cli_scores_a_transformers_checkpoint(tiny_greedy, tmp_path, capsys):
     rows = [json.loads(line) for line in out.out.splitlines()]
     assert [r["outcomes"][0] for r in rows] == [p.results[0].outcome for p in tiny_greedy.tuned.problems[:3]]
     assert json.loads((tmp_path / "s.json").read_text())["sampling"]["generator"] == "transformers"
+
+
+# ------------------------------------------------------------------------------------------
+# The thinking run: a thought, then the module; only the module is scored
+_THOUGHT = "<|channel>thought\n"
+
+
+def _thought_in(completion: str) -> str | None:
+    """The thought of a completion decoded with its special tokens (Tunix's text)."""
+    if not completion.startswith(_THOUGHT) or "\n<channel|>" not in completion:
+        return None
+    return completion[len(_THOUGHT):].split("\n<channel|>", 1)[0]
+
+
+@pytest.mark.slow
+def test_the_thinking_run_thinks_then_answers(tiny_thinking):
+    from cookbook import data, train
+
+    scores, rows = tiny_thinking.scores, tiny_thinking.rows
+    # Measured 2026-12-03: pass@1 = exact match = 45/48, every thought the row's own.
+    assert scores.pass_at(1) >= scores.exact_match >= 0.8
+    thoughts = [_thought_in(p.completions[0]) for p in scores.problems]
+    assert sum(t == data.thought_of(r) for t, r in zip(thoughts, rows, strict=True)) >= 0.9 * len(rows)
+    # `cookbook train ... --eval-accuracy N` (train.evaluate): prompted with thinking on, as trained,
+    # with room for the thought, and judged on the answer: the same completions as above.
+    res = train.evaluate(tiny_thinking.model, tiny_thinking.tokenizer, rows, batch_size=48)
+    assert [data.clean_completion(c) for c in res["completions"]] == \
+        [data.clean_completion(p.completions[0]) for p in scores.problems]
+    assert res["accuracy"] == scores.exact_match
+
+
+@pytest.mark.slow
+def test_thinking_pass1_through_vllm_equals_tunix(tiny_thinking, vllm_lora_server):
+    """The thinking run's adapter, loaded into the session server at run time: its chat answers come
+    back as `content` with the thought apart in `reasoning` (vLLM's gemma4 reasoning parser on the
+    tiny tokenizer's own token ids), and score as Tunix's do; token-id prompts with special tokens
+    kept give the same answers."""
+    import urllib.request
+
+    from cookbook import data
+
+    adapter = merge.ensure_peft(tiny_thinking.run_dir, layout="text")
+    request = urllib.request.Request(
+        vllm_lora_server.base_url + "/load_lora_adapter", method="POST",
+        data=json.dumps({"lora_name": "verilog-thinking", "lora_path": str(adapter)}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {vllm_lora_server.api_key}"})
+    with urllib.request.urlopen(request, timeout=120) as r:
+        assert r.status == 200
+    problems, tunix = tiny_thinking.problems, tiny_thinking.scores
+    client = vllm_lora_server.client()
+    chat = evaluate.endpoint_samples(client, "verilog-thinking", problems, tiny_thinking.sampling, thinking=True)
+    served = evaluate.score_generation(problems, chat)
+    assert served.pass_at(1) == tunix.pass_at(1) >= 0.8
+    assert [p.results[0].outcome for p in served.problems] == [p.results[0].outcome for p in tunix.problems]
+    assert chat.describe()["thinking"] is True
+    for p, t in zip(served.problems, tunix.problems, strict=True):
+        assert "<|channel>" not in p.completions[0] and "thought" not in p.completions[0]  # content: the answer
+        assert chat.thoughts[p.problem] == [_thought_in(t.completions[0])]  # reasoning: the thought, apart
+    ids = evaluate.endpoint_samples(client, "verilog-thinking", problems, tiny_thinking.sampling,
+                                    tokenizer=tiny_thinking.tokenizer, thinking=True)
+    assert [data.clean_completion(ids.completions[p.name][0]) for p in problems] == \
+        [data.clean_completion(t.completions[0]) for t in tunix.problems]
+    assert all(ids.completions[p.name][0].startswith(_THOUGHT) for p in problems)  # markers kept

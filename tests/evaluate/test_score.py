@@ -55,6 +55,28 @@ def test_scoring_a_problem_set(adder8):
     json.dumps(scores.per_problem())  # every result is JSON
 
 
+def test_only_the_answer_after_the_thought_is_scored(adder8, tmp_path, capsys):
+    """A thinking model's completion (Gemma 4's thought channel, or R1's <think> tags): the module
+    inside the thought never counts, through score() and through `cookbook eval --completions`."""
+    from cookbook import harness
+
+    wrong = adder8.answer.replace("a + b", "a - b")
+    channel = "<|channel>thought\n{}\n<channel|>{}<turn|>"
+    completions = [channel.format(adder8.answer, wrong),  # the right module, in the thought only
+                   channel.format(wrong, adder8.answer),  # thought wrong, answer right
+                   "<|channel>thought\n" + adder8.answer,  # the budget ran out while thinking
+                   f"<think>\n{adder8.answer}\n</think>\n\n{wrong}"]
+    scores = evaluate.score([adder8], {adder8.name: completions})
+    assert [r.outcome for r in scores.problems[0].results] == ["mismatch", "pass", "no_module", "mismatch"]
+    assert scores.problems[0].exact == [False, True, False, False]
+    problems = evaluate.write_problems(tmp_path / "p", [adder8])
+    path = evaluate.write_completions(tmp_path / "c.jsonl", {adder8.name: completions[:1]})
+    code = harness.main(["eval", "--problems", str(problems), "--completions", str(path), "--summary",
+                         str(tmp_path / "s.json")])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "s.json").read_text())["pass@1"] == 0.0
+
+
 def test_score_refuses_what_does_not_fit(adder8):
     with pytest.raises(ValueError, match="pass@5 needs 5 samples per problem; Prob001_add8 has 2"):
         evaluate.score([adder8], {"Prob001_add8": [adder8.answer] * 2}, ks=(1, 5))

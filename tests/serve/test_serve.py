@@ -1,9 +1,11 @@
 """cookbook.serve: pre-flight errors, the server lifecycle, both LoRA ways, serving checks (TPU flags: test_tpu.py)."""
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -76,6 +78,63 @@ def test_vllm_args(tiny_text_base, tmp_path):
     assert flag("--host") == "127.0.0.1" and flag("--port") == "1234"
     assert flag("--max-lora-rank") == "32"  # 20 rounded up to a rank vLLM accepts
     assert f"x={adapter}" in args and "--enable-lora" in args
+    # Gemma 4's reasoning parser always (a thought comes back apart from the answer); tool calls on request.
+    assert flag("--reasoning-parser") == "gemma4" and "--tool-call-parser" not in args
+    args = serve.vllm_args(dataclasses.replace(cfg, tool_parser="gemma4", reasoning_parser=None), port=1)
+    assert flag("--tool-call-parser") == "gemma4" and "--enable-auto-tool-choice" in args
+    assert "--reasoning-parser" not in args
+
+
+def test_serve_cli_asks_for_the_parsers(tiny_text_base, monkeypatch, capsys):
+    from cookbook import harness
+    from cookbook.serve import _cli
+
+    started = []
+
+    class Recorded:  # stands in for the server: records the config `cookbook serve` built
+        def __init__(self, config):
+            started.append(config)
+            self.base_url, self.startup_s, self.process = "http://x/v1", 0.0, types.SimpleNamespace(wait=lambda: 0)
+
+        def start(self):
+            return self
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(_cli, "VLLMServer", Recorded)
+    assert harness.main(["serve", str(tiny_text_base)]) == 0
+    assert harness.main(["serve", str(tiny_text_base), "--tools", "--reasoning-parser", "none"]) == 0
+    assert [(c.reasoning_parser, c.tool_parser) for c in started] == [("gemma4", None), (None, "gemma4")]
+
+
+def test_vllms_gemma4_parsers_read_the_tiny_tokenizers_own_token_ids(tiny_text_base):
+    """The random bases' special tokens sit at other ids than the release's: vLLM's parsers find them
+    by name in the vocabulary. A thought comes back apart from the answer; a tool call as a call."""
+    from transformers import AutoTokenizer
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_text_base)
+    row = data.generate_rows("eval", n=1, thinking=True)[0]
+    thought, answer = data.thought_of(row), data.answer_of(row)
+    kwargs = {"chat_template_kwargs": {"enable_thinking": True}}
+    request = ChatCompletionRequest(model="m", messages=row["messages"][:1], **kwargs)
+    parser = ReasoningParserManager.get_reasoning_parser("gemma4")(tokenizer, **kwargs)
+    assert parser._parser_engine._reasoning_start_token_id == tokenizer.convert_tokens_to_ids("<|channel>") == 7
+    output = f"<|channel>thought\n{thought}\n<channel|>{answer}"
+    assert [s.strip() for s in parser.extract_reasoning(output, request)] == [thought, answer]
+    plain = ChatCompletionRequest(model="m", messages=row["messages"][:1])
+    assert ReasoningParserManager.get_reasoning_parser("gemma4")(tokenizer).extract_reasoning(answer, plain) \
+        == (None, answer)  # no thought: all of it is the answer
+    tools = [{"type": "function", "function": {"name": "simulate", "parameters": {
+        "type": "object", "properties": {"module": {"type": "string"}}}}}]
+    request = ChatCompletionRequest(model="m", messages=row["messages"][:1], tools=tools)
+    calls = ToolParserManager.get_tool_parser("gemma4")(tokenizer, tools=request.tools).extract_tool_calls(
+        '<|tool_call>call:simulate{module:<|"|>alu_sum<|"|>}<tool_call|>', request)
+    assert calls.tools_called and calls.tool_calls[0].function.name == "simulate"
+    assert json.loads(calls.tool_calls[0].function.arguments) == {"module": "alu_sum"}
 
 
 def test_zero_adapter_zeroes_only_lora_b(tmp_path):

@@ -108,6 +108,38 @@ def test_config_round_trip_and_cache_key(tiny_base):
 
 
 @pytest.mark.jax_only
+def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_base):
+    from cookbook import data, harness
+
+    plain, thinking = train.train_preset("tiny"), train.train_preset("tiny", sample_task="thinking")
+    # The plain recipe is what it was: no new field in its recipe.json or its cache key.
+    assert "sample_task" not in plain.to_dict() and train.TrainConfig.from_dict(plain.to_dict()) == plain
+    assert train.train_rows(plain) == data.generate_rows("train", n=plain.num_train_rows)
+    # The thinking recipe: the same, on thinking rows packed two to a 200-token row.
+    assert (thinking.sample_task, thinking.data.seq_len) == ("thinking", 200)
+    assert thinking.replace(sample_task="plain", data={"seq_len": plain.data.seq_len}) == plain
+    assert train.TrainConfig.from_dict(json.loads(json.dumps(thinking.to_dict()))) == thinking
+    rows = train.train_rows(thinking)
+    assert [data.answer_of(r) for r in rows[:50]] == [data.answer_of(r) for r in train.train_rows(plain)[:50]]
+    assert all(data.thought_of(r) for r in rows) and all(data.thought_of(r) for r in train.eval_rows(thinking))
+    # The command line: --sample-task thinking is that recipe, and a config writes itself back as it.
+    parse = harness.build_parser("train").parse_args
+    assert train.config_from_args(parse(["train", "--preset", "tiny"])) == plain
+    assert train.config_from_args(parse(["train", "--preset", "tiny", "--sample-task", "thinking"])) == thinking
+    command = train.cli_command(thinking, out="runs/t")
+    assert "--sample-task thinking" in command and "--seq-len" not in command
+    assert train.config_from_args(parse(command.split()[1:])) == thinking
+    with pytest.raises(ValueError, match="carry their own thoughts"):
+        plain.replace(train_data="rows.jsonl", sample_task="thinking")
+    # The keys: the thinking run has its own, which the thoughts' wording enters; the plain key does not.
+    key, thinking_key = train.cache_key(plain), train.cache_key(thinking)
+    assert thinking_key != key
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(data, "THOUGHT_TEMPLATE", data.THOUGHT_TEMPLATE + " (reworded)")
+        assert train.cache_key(thinking) != thinking_key and train.cache_key(plain) == key
+
+
+@pytest.mark.jax_only
 def test_optimizer_warms_up_then_decays():
     import jax.numpy as jnp
 
