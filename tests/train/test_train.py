@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -73,6 +74,22 @@ def test_the_random_twins_train_with_the_cpu_recipe_on_their_own_structure():
     assert train.recipe_of("small") is None
     with pytest.raises(ValueError, match="--recipe tiny"):
         train.config_from_args(harness.build_parser("train").parse_args(["train", "--preset", "small"]))
+
+
+@pytest.mark.jax_only
+def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp_path):
+    from cookbook import harness
+
+    data_file = tmp_path / "rows.jsonl"
+    data_file.write_text('{"q": "a", "a": "b"}\n')
+    argv = ["train", "--preset", "tiny", "--data", str(data_file), "--format", "columns", "--columns", "prompt=q,response=a"]
+    config = train.config_from_args(harness.build_parser("train").parse_args(argv))
+    assert (config.data.data_format, config.data.columns) == ("columns", {"prompt": "q", "response": "a"})
+    command = train.cli_command(config, out="runs/x")
+    assert "--format columns --columns prompt=q,response=a" in command
+    again = train.config_from_args(harness.build_parser("train").parse_args(command.split()[1:]))
+    assert again == config and train.TrainConfig.from_dict(config.to_dict()) == config
+    assert train.cache_key(config) != train.cache_key(config.replace(data=dataclasses.replace(config.data, columns="prompt=a,response=q")))
 
 
 @pytest.mark.jax_only
