@@ -56,7 +56,10 @@ def _cli(args) -> int:
         if args.script:
             print(serve_tpu.write_tpu_script(args.script, cfg, args.preset, tpu))
         else:
-            print(shlex.join(serve_tpu.tpu_command(cfg, args.preset, tpu)))
+            command = shlex.join(serve_tpu.tpu_command(cfg, args.preset, tpu))
+            if args.api_key_env:  # docker passes VLLM_API_KEY by name: its value must be in this shell
+                command = f'export VLLM_API_KEY="${{{args.api_key_env}:?set {args.api_key_env} first}}"\n{command}'
+            print(command)
         return 0
     server = VLLMServer(cfg)
     server.start()

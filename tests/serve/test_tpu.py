@@ -87,3 +87,18 @@ def test_the_api_key_is_in_no_argv_and_in_no_generated_text(tmp_path):
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode != 0 and not (tmp_path / "docker.argv").exists()
     assert done.stderr.count("\n") == 1 and "set MY_KEY to the API key" in done.stderr, done.stderr
+
+
+def test_the_printed_tpu_command_exports_the_key_by_name_never_by_value(tmp_path, capsys, monkeypatch):
+    """`cookbook serve --tpu --api-key-env K` prints the docker command (which passes VLLM_API_KEY by
+    name) after the line that sets it from K in the user's shell: the value is never printed."""
+    from cookbook import harness
+
+    monkeypatch.setenv("MY_SERVER_KEY", "sk-do-not-print-4711")
+    assert harness.main(["serve", str(tmp_path), "--tpu", "--api-key-env", "MY_SERVER_KEY"]) == 0
+    out = capsys.readouterr().out
+    export, docker = out.strip().splitlines()
+    assert export == 'export VLLM_API_KEY="${MY_SERVER_KEY:?set MY_SERVER_KEY first}"'
+    assert " -e VLLM_API_KEY " in docker and "sk-do-not-print-4711" not in out
+    assert harness.main(["serve", str(tmp_path), "--tpu"]) == 0
+    assert "export" not in capsys.readouterr().out  # no key asked for, no export line
