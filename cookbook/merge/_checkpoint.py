@@ -43,7 +43,7 @@ class LoraCheckpoint:
 
 def find_step_dir(path: str | Path, step: int | None = None) -> Path:
     """The step directory for a run dir, a checkpoint root, or a step dir (latest if None)."""
-    path = Path(path)
+    path = Path(path).resolve()  # Orbax reads metadata from absolute paths only
     if (path / "model_params").is_dir():
         return path
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path

@@ -339,3 +339,13 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
     projections = {k: v for k, v in expected.items() if k.endswith("_proj.weight")}
     assert covered == projections
     assert sum(k.endswith("v_proj.weight") for k in covered) == len(p.sliding_layers)
+
+
+@pytest.mark.jax_only
+def test_a_run_named_by_a_relative_path_opens_like_its_absolute_one(lora_run, monkeypatch):
+    """`cookbook merge --lora runs/x` from the project directory: Orbax reads metadata from
+    absolute paths only (a relative one came back as None and the export failed)."""
+    absolute = merge.open_lora_checkpoint(lora_run)
+    monkeypatch.chdir(lora_run.parent)
+    relative = merge.open_lora_checkpoint(lora_run.name)
+    assert relative.step_dir.is_absolute() and relative == absolute
