@@ -18,6 +18,7 @@ from cookbook.evaluate._generate import (  # noqa: F401
     endpoint_samples,
     load_transformers_model,
     prompt_token_ids,
+    thought_budget,
     transformers_samples,
     tunix_samples,
 )

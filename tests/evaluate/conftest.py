@@ -66,8 +66,9 @@ def tiny_thinking(iverilog):
     rows = train.eval_rows(config)[:48]
     problems = evaluate.sample_task_problems(rows)
     # The answer's budget plus the longest thought channel the rows hold.
-    channel = max(len(tokenizer(f"<|channel>thought\n{data.thought_of(r)}\n<channel|>",
-                                add_special_tokens=False)["input_ids"]) for r in rows)
+    channel = evaluate.thought_budget(tokenizer, rows)
+    assert channel == max(len(tokenizer(f"<|channel>thought\n{data.thought_of(r)}\n<channel|>",
+                                        add_special_tokens=False)["input_ids"]) for r in rows) > 0
     sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems) + channel)
     model = train.restore_lora_model(run_dir)
     generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, sampling, batch_size=48, thinking=True)

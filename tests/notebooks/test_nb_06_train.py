@@ -27,6 +27,10 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     assert sum(res["finetuned_outcomes"].values()) == 100 and res["scorer_samples_per_s"] > 0
     assert [(e["exact_match"], e["outcome"]) for e in res["metric_examples"]] == [
         (True, "pass"), (False, "pass"), (False, "mismatch"), (False, "compile_error"), (False, "compile_error")]
+    # Section 11: the thinking variant (the tests/evaluate fixture's run, shared through the cache)
+    # thinks its spec's sentence, then writes the module; only the module is scored.
+    assert res["thinking_seq_len"] == 200 and res["thinking_steps"] == res["max_steps"]
+    assert res["thinking_pass1"] >= 0.8 and res["thinking_thoughts_right"] >= 0.9
     base_row, tuned_row = res["quality"]
     assert tuned_row["greedy_pass@1"] == res["finetuned_functional_pass1"] and tuned_row["recipe"] == "TPU recipe (Tunix)"
     assert base_row["exact_match"] == res["base_accuracy"]
