@@ -163,12 +163,13 @@ def test_notebook_06_form_in_jupyterlab(tmp_path):
                 assert not errors, (i, errors)
             rows = f"[...{panel}.content.widgets[{form}].node.querySelectorAll('.widget-vbox .widget-inline-hbox')]"
             b.wait_for(f"{rows}.length > 0", timeout_s=60, what="the form to render")
-            form_rows = b.evaluate(f"{rows}.map(r => [r.querySelector('label').textContent, "
-                                   "r.querySelector('input').value])")
+            # A row's label as a person reads it: a text box's label on its left, a checkbox's
+            # description on its right (its left label is then a zero-width space).
+            label = "r.textContent.replace(/\\u200b/g, '').trim()"
+            form_rows = b.evaluate(f"{rows}.map(r => [{label}, r.querySelector('input').value])")
             b.screenshot(ARTIFACTS / "jupyterlab-form-before.png", full_page=False)
             # A new value typed into MAX_STEPS as a person would: click the box, select, type, Enter.
-            box = b.evaluate(f"""(() => {{ const r = {rows}.find(r => r.querySelector('label').textContent
-                                 === 'MAX_STEPS'); const i = r.querySelector('input'); i.scrollIntoView();
+            box = b.evaluate(f"""(() => {{ const r = {rows}.find(r => {label} === 'MAX_STEPS'); const i = r.querySelector('input'); i.scrollIntoView();
                                  const b = i.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2];
                               }})()""")
             b.click(*box)
