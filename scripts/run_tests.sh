@@ -84,9 +84,13 @@ fi
 # stream then ended last, 30.6 min against 29.4 with them in the first.) None of these shares
 # state with the first stream but the base checkpoints, the tiny bf16 fine-tune (the QLoRA test
 # compares with it, notebook 08 serves it), whose builds are locked, and the compilation cache.
-# Their output follows the first stream's.
+# Their output follows the first stream's. 2026-12-03 (a624a48, with issue 29's thinking run and
+# the demo's thinking sections): the first stream ended at 48.3 min, this one at 25.6; the
+# multi-process training tests (~400 s of the first stream's wall) and the layout search's
+# (~185 s) moved here.
 LATER_TESTS=(tests/train/test_train_twins.py tests/merge/test_merge_twins.py tests/serve/test_serve_twins.py
-             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py tests/train/test_train.py)
+             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py tests/train/test_train.py
+             tests/train/test_multihost.py tests/fit/test_search.py)
 SIDE_TESTS=(tests/harness/test_make_demo.py tests/harness/test_browser.py::test_report_in_a_browser
             "${LATER_TESTS[@]}")
 side_stream() {  # runs in its own subshell (&): niced, and everything it starts with it
