@@ -179,13 +179,14 @@ class Conversation:
         return {"tools": self.tools, "enable_thinking": self.thinking}
 
 
-def to_conversation(row: Any, data_format: str = "auto",
-                    columns: dict[str, str] | None = None) -> Conversation:
+def to_conversation(row: Any, data_format: str = "auto", columns: dict[str, str] | None = None,
+                    *, require_answer: bool = True) -> Conversation:
     """Read one row in any layout of :data:`cookbook.data.FORMATS` and check it.
 
     Raises :class:`RowError` with the reason when the row cannot be trained on: an unknown
     role, a malformed tool call, a tool response that answers no call, text holding one of
-    Gemma 4's control tokens, a row that does not end with an assistant answer.
+    Gemma 4's control tokens, a row that does not end with an assistant answer (unless
+    ``require_answer=False``: a prompt, checked the same way otherwise).
     """
     if isinstance(row, Conversation):
         return row
@@ -220,6 +221,8 @@ def to_conversation(row: Any, data_format: str = "auto",
         open_calls, answered = msg.get("tool_calls"), 0
         out.append(msg)
     last = out[-1]
+    if not require_answer:  # a prompt to send (the turns so far), not a row to train on
+        return Conversation(out, tools)
     if last["role"] != "assistant":
         raise RowError(f"last message is {last['role']!r}; the row must end with an assistant answer")
     if not (last["content"].strip() or last.get("tool_calls")):

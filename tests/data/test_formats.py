@@ -169,3 +169,11 @@ def test_columns_and_formats_are_checked_before_any_row_is_read():
     with pytest.raises(ValueError, match="is unknown; use one of"):
         data.DataConfig(data_format="json")
     assert data.DataConfig(data_format="columns", columns="prompt=q,response=a").columns == {"prompt": "q", "response": "a"}
+
+
+def test_a_prompt_without_an_answer_renders_as_the_row_it_comes_from(tok):
+    plain = {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": MODULE}]}
+    assert data.prompt_ids(tok, {"messages": plain["messages"][:1]}) == data.prompt_ids(tok, plain)
+    assert data.prompt_text(tok, {"messages": plain["messages"][:1]}).endswith("<|turn>model\n")
+    with pytest.raises(data.RowError, match="unknown role"):  # still checked
+        data.prompt_ids(tok, {"messages": [{"role": "robot", "content": "x"}]})
