@@ -53,6 +53,10 @@ class DataConfig:
     data_format: str = "auto"
     columns: dict[str, str] | str | None = None
 
+    def __hash__(self) -> int:  # frozen, but ``columns`` is a dict: hash its items
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
+                          for v in dataclasses.astuple(self)))
+
     def __post_init__(self) -> None:
         from cookbook.data._formats import check_format, parse_columns
 

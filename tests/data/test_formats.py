@@ -168,7 +168,11 @@ def test_columns_and_formats_are_checked_before_any_row_is_read():
         data.DataConfig(data_format="columns")
     with pytest.raises(ValueError, match="is unknown; use one of"):
         data.DataConfig(data_format="json")
-    assert data.DataConfig(data_format="columns", columns="prompt=q,response=a").columns == {"prompt": "q", "response": "a"}
+    mapped = data.DataConfig(data_format="columns", columns="prompt=q,response=a")
+    assert mapped.columns == {"prompt": "q", "response": "a"}
+    # Frozen configs stay hashable with a mapping inside, and equal ones hash alike.
+    same = data.DataConfig(data_format="columns", columns={"response": "a", "prompt": "q"})
+    assert same == mapped and hash(same) == hash(mapped) and len({mapped, same, data.DataConfig()}) == 2
 
 
 def test_a_prompt_without_an_answer_renders_as_the_row_it_comes_from(tok):
