@@ -115,8 +115,9 @@ def _encode(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[np.ndar
 def prompt_text(tokenizer, row: Any, data_format: str = "auto",
                 columns: dict[str, str] | None = None) -> str:
     """The prompt a server would see: the turns before the last answer (all of them for a row
-    that has none yet), plus the generation prompt (``<|turn>model\\n``, unless the last turn is a tool response the model continues
-    from), rendered by the chat template with the row's tools and thinking setting."""
+    that has none yet), plus the generation prompt (``<|turn>model\\n``, unless the last turn
+    is a tool response the model continues from), rendered by the chat template with the row's
+    tools and thinking setting."""
     conv = to_conversation(row, data_format, columns, require_answer=False)
     messages = list(conv.messages)
     while messages and messages[-1]["role"] == "assistant":
