@@ -6,10 +6,8 @@ from cookbook.gpu._parity import (  # noqa: F401
     run_parity,
 )
 from cookbook.gpu._recipe import (  # noqa: F401
-    RECIPE_FILES,
     GpuCluster,
     bitsandbytes_config,
-    check_recipe_dir,
     derive_gpu_recipe,
     gpu_batch_layout,
     launch_command,
@@ -18,3 +16,4 @@ from cookbook.gpu._recipe import (  # noqa: F401
 )
 from cookbook.gpu._recipe_cli import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_cli import summary  # noqa: E402, F401, I001
+from cookbook.gpu._recipe_dir import RECIPE_FILES, check_recipe_dir  # noqa: E402, F401, I001

@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from cookbook import lora as lora_lib
 from cookbook import models
+from cookbook.gpu._recipe_dir import MARKER, RECIPE_FILES, check_recipe_dir
 
 LossNormalisation = Literal["per_micro_batch", "tokens_in_step"]
 
@@ -366,28 +367,6 @@ def derive_gpu_recipe(
     )
 
 
-RECIPE_FILES = ("sft_config.json", "lora_config.json", "recipe.json", "fsdp_config.yaml", "README.md", "train_gpu.py")
-_MARKER = ".cookbook-gpu-recipe.json"  # what says a directory holds a recipe written here
-
-
-def check_recipe_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
-    """Refuse a non-empty ``out_dir`` unless it holds a recipe written before (its marker, or all of
-    :data:`RECIPE_FILES` from before the marker existed) and ``overwrite``: ``--out .`` would
-    replace a project's README.md."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out {out} is a file; pass a directory for the recipe")
-    if not out.is_dir() or not any(out.iterdir()):
-        return out
-    if not ((out / _MARKER).is_file() or all((out / n).is_file() for n in RECIPE_FILES)):
-        raise FileExistsError(f"--out {out} is not empty and holds no recipe written by gpu-recipe; refusing to "
-                              "write README.md, recipe.json and train_gpu.py into it. Choose a new or empty --out")
-    if not overwrite:
-        raise FileExistsError(f"--out {out} already holds a GPU recipe; pass --overwrite (overwrite=True) to "
-                              "rewrite its files, or choose another --out")
-    return out
-
-
 def write_gpu_recipe(out_dir: str | Path, recipe: GpuRecipe | None = None, *, overwrite: bool = True,
                      **derive_kwargs: Any) -> dict[str, Path]:
     """Write the GPU recipe to ``out_dir``: a new or empty directory, or one it wrote before.
@@ -410,7 +389,7 @@ def write_gpu_recipe(out_dir: str | Path, recipe: GpuRecipe | None = None, *, ov
         recipe = derive_gpu_recipe(**derive_kwargs)
     out.mkdir(parents=True, exist_ok=True)
     # First: a run killed part-way leaves a directory that is still known as a recipe's.
-    (out / _MARKER).write_text(json.dumps({"kind": "cookbook gpu-recipe", "files": list(RECIPE_FILES)}) + "\n")
+    (out / MARKER).write_text(json.dumps({"kind": "cookbook gpu-recipe", "files": list(RECIPE_FILES)}) + "\n")
     files = {
         "sft_config.json": json.dumps(recipe.sft, indent=2, sort_keys=True),
         "lora_config.json": json.dumps(recipe.lora, indent=2, sort_keys=True),

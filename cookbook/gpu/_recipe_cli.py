@@ -9,11 +9,11 @@ from cookbook import core
 from cookbook.gpu._recipe import (
     GpuCluster,
     GpuRecipe,
-    check_recipe_dir,
     derive_gpu_recipe,
     launch_command,
     write_gpu_recipe,
 )
+from cookbook.gpu._recipe_dir import check_recipe_dir
 
 
 def summary(recipe: GpuRecipe) -> dict[str, Any]:
