@@ -19,6 +19,9 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu}
 export COOKBOOK_CACHE=${COOKBOOK_CACHE:-$PWD/.cache/cookbook}
 export TOKENIZERS_PARALLELISM=false
+# Per-test wall and CPU seconds (tests/profiling.py), one file per stream; scripts/test_profile.py
+# prints them.
+PROFILE_DIR=${COOKBOOK_TEST_PROFILE_DIR:-$PWD/.cache/test-profile}
 
 # CI sets CI=true: there a missing test environment fails the run instead of skipping its tests.
 on_ci() { [[ -n "${CI:-}" && ! "${CI,,}" =~ ^(0|false|no)$ ]]; }
@@ -51,7 +54,8 @@ tpu_host_pass() {
   # of this pass's ~4.5 minutes) and the check of the CPU LoRA gradients' compiled step (two tiny
   # compiles) run in .venv only: the same library versions, and the code they reach runs here on
   # tiny (and the twins' loading, targets and PEFT round trip on both).
-  COOKBOOK_CACHE=$cache JAX_COMPILATION_CACHE_DIR=$xla_cache \
+  COOKBOOK_CACHE=$cache JAX_COMPILATION_CACHE_DIR=$xla_cache COOKBOOK_TEST_STREAM=tpu-host \
+    COOKBOOK_TEST_PROFILE=$PROFILE_DIR/tpu-host.jsonl \
     PYTHONPATH=$PWD "$TPU_HOST_VENV/bin/pytest" -m "jax_only and not torch" "${JAX_SIDE[@]}" \
     -k "not test_apply_lora_on_4x2_mesh_starts_as_identity and not test_qlora_on_the_e2b_twin and not test_lora_grads_for_cpu" \
     -p no:cacheprovider --durations=10 -q || rc=$?
@@ -98,13 +102,15 @@ side_stream() {  # runs in its own subshell (&): niced, and everything it starts
   local rc=0
   renice -n 10 -p "$BASHPID" >/dev/null
   echo "run_tests: the main job's tests"
+  export COOKBOOK_TEST_STREAM=second COOKBOOK_TEST_PROFILE=$PROFILE_DIR/second.jsonl
   "$VENV/bin/pytest" "${SIDE_TESTS[@]:0:2}" -p no:cacheprovider --durations=5 \
     || { rc=$?; echo "run_tests: the main job's tests FAILED (exit $rc)"; }
-  "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=15 \
+  COOKBOOK_TEST_PROFILE=$PROFILE_DIR/second.jsonl "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=15 \
     || { rc=$?; echo "run_tests: the twins', notebook 08's and the training tests FAILED (exit $rc)"; }
   tpu_host_pass || { rc=$?; echo "run_tests: the TPU-host pass FAILED (exit $rc)"; }
   return $rc
 }
+rm -rf "$PROFILE_DIR" && mkdir -p "$PROFILE_DIR"
 side_log=$(mktemp)
 set -m  # the second stream gets its own process group: stopping this script stops all of it
 side_stream >"$side_log" 2>&1 &
@@ -114,7 +120,8 @@ trap 'kill -- -$side_pid 2>/dev/null || true' EXIT
 main_rc=0
 ignore_later=()
 for t in "${LATER_TESTS[@]}"; do ignore_later+=(--ignore="$t"); done
-"$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
+COOKBOOK_TEST_STREAM=first COOKBOOK_TEST_PROFILE=$PROFILE_DIR/first.jsonl \
+  "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
   "${ignore_later[@]}" --deselect tests/harness/test_browser.py::test_report_in_a_browser \
   || main_rc=$?
 side_rc=0

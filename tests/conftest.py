@@ -26,6 +26,12 @@ core.setup_runtime_env()
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_configure(config):
+    import profiling  # per-test wall and CPU seconds when COOKBOOK_TEST_PROFILE is set
+
+    profiling.pytest_configure(config)
+
+
 @pytest.fixture(scope="session")
 def tiny_base() -> Path:
     """The tiny random base checkpoint (released multimodal layout, 2 shards)."""
