@@ -17,7 +17,7 @@ def run_notebook(name: str, run_dir: Path, **parameters: Any) -> dict[str, Any]:
     """
     import papermill as pm
 
-    from cookbook.harness import load_results
+    from cookbook.harness import ipc_kernel_manager, load_results
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -31,6 +31,7 @@ def run_notebook(name: str, run_dir: Path, **parameters: Any) -> dict[str, Any]:
             cwd=str(REPO / "notebooks"),
             kernel_name="python3",
             progress_bar=False,
+            kernel_manager_class=ipc_kernel_manager(),
         )
     finally:
         if old is None:

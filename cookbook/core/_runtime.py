@@ -121,6 +121,55 @@ def setup_runtime_env() -> None:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
 
 
+# What libtpu prints on stderr when it first loads on a host with no TPU chips (deviceless
+# compiles): it asks for a metadata server that is not there, finds no worker hostnames and no
+# accelerator type, and says so as an "E0000 ... INVALID_ARGUMENT" record, then describes the
+# requested topology correctly anyway. Seen with libtpu 0.0.42.1 and 0.0.50.1; a line not listed
+# here is written back as it came.
+LIBTPU_NO_CHIPS_NOISE = (
+    "WARNING: Logging before InitGoogle() is written to STDERR",
+    "Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type",
+    "unexpected worker hostname 'WARNING: could not determine TPU worker hostnames",
+    "=== Source Location Trace: ===",
+    "libtpu_init_utils.cc:",
+)
+_libtpu_loaded = False
+
+
+@contextlib.contextmanager
+def libtpu_first_load_quiet() -> Iterator[None]:
+    """Drop libtpu's no-chips noise (:data:`LIBTPU_NO_CHIPS_NOISE`) while it first loads in this
+    process; everything else it or anything else writes to stderr meanwhile is kept.
+
+    libtpu writes from C++ to file descriptor 2, so ``sys.stderr`` cannot catch it: the descriptor
+    is pointed at a temporary file for the block and the kept lines are written back after. On a
+    TPU host, or once libtpu has loaded, the block runs as it is.
+    """
+    global _libtpu_loaded
+    if _libtpu_loaded or on_tpu_host():
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+            _libtpu_loaded = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode(errors="replace")
+            kept = [line for line in text.splitlines(keepends=True)
+                    if not any(noise in line for noise in LIBTPU_NO_CHIPS_NOISE)]
+            if kept:
+                os.write(2, "".join(kept).encode())
+
+
 @contextlib.contextmanager
 def compile_cache_off() -> Iterator[None]:
     """JAX's persistent compilation cache off inside the block: where a compile's own time is

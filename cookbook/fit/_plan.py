@@ -57,7 +57,8 @@ def tpu_devices(slice_name: str) -> list:
         # parallel plans) describe topologies; libtpu otherwise allows one per host.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
-        topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+        with core.libtpu_first_load_quiet():  # no chips here: libtpu's metadata complaints only
+            topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
     except Exception as e:  # libtpu missing or too old
         raise RuntimeError(
             f"cannot describe TPU topology {topology!r} ({e}). "

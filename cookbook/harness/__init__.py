@@ -10,6 +10,7 @@ from cookbook.harness._demo import (  # noqa: F401
     REPO,
     NotebookFailed,
     default_jobs,
+    ipc_kernel_manager,
     list_notebooks,
     parse_parameters,
     plan_lanes,

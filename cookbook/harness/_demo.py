@@ -95,6 +95,25 @@ def plan_lanes(paths: Sequence[Path], jobs: int) -> list[list[Path]]:
     return [lane for lane in (rest, *chains) if lane]
 
 
+def ipc_kernel_manager() -> type:
+    """jupyter_client's ``KernelManager`` on IPC transport (Unix sockets) instead of TCP.
+
+    A notebook kernel started over TCP listens on localhost ports in plain text, and ipykernel
+    says so on every start ("Kernel is running over TCP without encryption", ipykernel 7), one
+    warning per notebook on the demo's console. Over IPC nothing listens on a port and there is
+    nothing to warn about.
+    """
+    from jupyter_client.manager import KernelManager
+    from traitlets import default
+
+    class IpcKernelManager(KernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+    return IpcKernelManager
+
+
 def _execute(path: Path, out: Path, parameters: dict[str, Any], cwd: Path, kernel_name: str,
              timeout_s: int | None) -> tuple[float, str | None]:
     """Run one notebook with papermill: (seconds, None) or (seconds, the short error). Top-level
@@ -104,7 +123,7 @@ def _execute(path: Path, out: Path, parameters: dict[str, Any], cwd: Path, kerne
     t0 = time.perf_counter()
     try:
         pm.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(cwd), kernel_name=kernel_name,
-                            progress_bar=False, execution_timeout=timeout_s)
+                            progress_bar=False, execution_timeout=timeout_s, kernel_manager_class=ipc_kernel_manager())
     except Exception as exc:  # papermill raises PapermillExecutionError and friends
         return time.perf_counter() - t0, _short_error(exc)
     return time.perf_counter() - t0, None
