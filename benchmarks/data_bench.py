@@ -51,15 +51,21 @@ def main(argv: list[str] | None = None) -> int:
 
     tokenizer = data.load_tokenizer("tiny")
     rows = data.generate_rows("train", n=args.rows)
-    results = {"rows": args.rows, "seq_len": args.seq_len, "batch_size": args.batch_size,
-               "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-               "tokenizer": "cookbook tiny BPE (1,024 tokens), Gemma 4 chat template", "modes": {}}
+    results = {
+        "rows": args.rows,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "tokenizer": "cookbook tiny BPE (1,024 tokens), Gemma 4 chat template",
+        "modes": {},
+    }
     consumed = fit.training_tokens_per_s("gemma4_31b", "v5p-8")
     with tempfile.TemporaryDirectory() as tmp:
         path = data.write_jsonl(rows, Path(tmp) / "train.jsonl")
         for packing in (True, False):
-            cfg = data.DataConfig(seq_len=args.seq_len, batch_size=args.batch_size, packing=packing,
-                                  num_packing_bins=64, prefetch=0)
+            cfg = data.DataConfig(
+                seq_len=args.seq_len, batch_size=args.batch_size, packing=packing, num_packing_bins=64, prefetch=0
+            )
             best = None
             for _ in range(args.repeats):
                 m = data.measure_throughput(path, tokenizer, dataclasses.replace(cfg))
@@ -72,10 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     results["packing_vs_padding_real_fraction"] = pack["real_token_fraction"] / pad["real_token_fraction"]
 
     print(f"data pipeline, one core, {args.rows} rows, seq_len {args.seq_len}, batch {args.batch_size}")
-    print(f"{'mode':<9} {'tokenise tok/s':>15} {'batch tok/s':>12} {'end-to-end tok/s':>17} {'real tokens':>12} {'x 31B need':>11}")
+    print(
+        f"{'mode':<9} {'tokenise tok/s':>15} {'batch tok/s':>12} {'end-to-end tok/s':>17} {'real tokens':>12} {'x 31B need':>11}"
+    )
     for name, m in results["modes"].items():
-        print(f"{name:<9} {m['tokenize_tokens_per_s']:>15,.0f} {m['batch_tokens_per_s']:>12,.0f} "
-              f"{m['tokens_per_s']:>17,.0f} {m['real_token_fraction']:>11.1%} {m['ratio_vs_31b_consumption']:>10.0f}x")
+        print(
+            f"{name:<9} {m['tokenize_tokens_per_s']:>15,.0f} {m['batch_tokens_per_s']:>12,.0f} "
+            f"{m['tokens_per_s']:>17,.0f} {m['real_token_fraction']:>11.1%} {m['ratio_vs_31b_consumption']:>10.0f}x"
+        )
     print(f"31B on v5p-8 consumes {consumed['tokens_per_s']:,.0f} tokens/s ({consumed['basis']})")
     print(f"packing puts {results['packing_vs_padding_real_fraction']:.0f}x more real tokens in each step than padding")
     args.out.parent.mkdir(parents=True, exist_ok=True)

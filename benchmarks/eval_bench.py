@@ -34,17 +34,30 @@ def main(argv: list[str] | None = None) -> int:
     for workers in sorted({1, len(os.sched_getaffinity(0))}):
         scores = evaluate.score(problems, completions, workers=workers)
         assert scores.pass_at(1) == 1.0, scores.outcome_counts  # every reference passes its own testbench
-        points.append({"workers": workers, "problems": len(problems), "seconds": round(scores.simulate_s, 2),
-                       "problems_per_s": round(scores.samples_per_s, 1)})
-    result = {"simulator": evaluate.check_simulator(), "network_isolated": evaluate.network_isolated(),
-              "points": points, "pool_speedup": round(points[-1]["problems_per_s"] / points[0]["problems_per_s"], 2),
-              "cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg()[0]}
+        points.append(
+            {
+                "workers": workers,
+                "problems": len(problems),
+                "seconds": round(scores.simulate_s, 2),
+                "problems_per_s": round(scores.samples_per_s, 1),
+            }
+        )
+    result = {
+        "simulator": evaluate.check_simulator(),
+        "network_isolated": evaluate.network_isolated(),
+        "points": points,
+        "pool_speedup": round(points[-1]["problems_per_s"] / points[0]["problems_per_s"], 2),
+        "cpus": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg()[0],
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"{'workers':>8} {'problems':>9} {'seconds':>8} {'problems/s':>11}")
     for p in points:
         print(f"{p['workers']:>8} {p['problems']:>9} {p['seconds']:>8} {p['problems_per_s']:>11}")
-    print(f"pool / one at a time: {result['pool_speedup']}x (load average {result['load_average']:.1f}); wrote {args.json}")
+    print(
+        f"pool / one at a time: {result['pool_speedup']}x (load average {result['load_average']:.1f}); wrote {args.json}"
+    )
     return 0
 
 

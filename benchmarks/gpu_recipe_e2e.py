@@ -59,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         eval_rows=eval_rows[:64],
         output_dir=work / "run",
         recipe_dir=work,
-        sft_overrides={**gpu.CPU_OVERRIDES, "eval_strategy": "steps",
-                       "eval_steps": config.max_steps, "logging_steps": 10},  # fmt: skip
+        sft_overrides={
+            **gpu.CPU_OVERRIDES,
+            "eval_strategy": "steps",
+            "eval_steps": config.max_steps,
+            "logging_steps": 10,
+        },  # fmt: skip
     )
     trainer.train()
     train_time_s = time.time() - start
@@ -73,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     greedy_gen = evaluate.transformers_samples(model, tok, problems, evaluate.GREEDY.replace(max_tokens=budget))
     completions = [greedy_gen.completions[p.name][0] for p in problems]
     greedy = evaluate.score_generation(problems, greedy_gen)
-    sampled = evaluate.score_generation(problems, evaluate.transformers_samples(
-        model, tok, problems, evaluate.PAPER_SAMPLING.replace(max_tokens=budget)))
+    sampled = evaluate.score_generation(
+        problems,
+        evaluate.transformers_samples(model, tok, problems, evaluate.PAPER_SAMPLING.replace(max_tokens=budget)),
+    )
     result = {
         "preset": args.preset,
         "max_steps": config.max_steps,
@@ -89,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             "loss_normalisation": recipe.loss_normalisation,
         },
         "tunix": {k: tunix.get(k) for k in ("final_train_loss", "final_eval_loss", "train_time_s")},
-        "quality": evaluate.quality_row(f"{args.preset} + LoRA", "GPU recipe (TRL + PEFT)", "transformers",
-                                        greedy=greedy, sampled=sampled),
+        "quality": evaluate.quality_row(
+            f"{args.preset} + LoRA", "GPU recipe (TRL + PEFT)", "transformers", greedy=greedy, sampled=sampled
+        ),
         "torch_threads": 1,
         "load_average": os.getloadavg()[0],
     }

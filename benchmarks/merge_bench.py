@@ -45,8 +45,11 @@ RANK, ALPHA = 64, 64.0
 def bench_preset(num_layers: int) -> models.ModelPreset:
     """31B widths, ``num_layers`` layers, layer 0 global (K = V), the others sliding."""
     return models.gemma4_31b().with_overrides(
-        name=f"gemma4_31b_widths_{num_layers}l", hf_checkpoint=None, num_layers=num_layers,
-        attention_pattern=("global",) + ("sliding",) * (num_layers - 1) if num_layers > 1 else ("global",))
+        name=f"gemma4_31b_widths_{num_layers}l",
+        hf_checkpoint=None,
+        num_layers=num_layers,
+        attention_pattern=("global",) + ("sliding",) * (num_layers - 1) if num_layers > 1 else ("global",),
+    )
 
 
 def layer_tensors(p: models.ModelPreset, i: int) -> dict[str, tuple[int, ...]]:
@@ -54,14 +57,20 @@ def layer_tensors(p: models.ModelPreset, i: int) -> dict[str, tuple[int, ...]]:
     hd = p.global_head_dim if kind == "global" else p.head_dim
     kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
     d, f, L = p.embed_dim, p.hidden_dim, f"{PREFIX}layers.{i}."
-    t = {L + "self_attn.q_proj.weight": (p.num_heads * hd, d), L + "self_attn.k_proj.weight": (kv * hd, d),
-         L + "self_attn.o_proj.weight": (d, p.num_heads * hd), L + "self_attn.q_norm.weight": (hd,),
-         L + "self_attn.k_norm.weight": (hd,), L + "mlp.gate_proj.weight": (f, d), L + "mlp.up_proj.weight": (f, d),
-         L + "mlp.down_proj.weight": (d, f), L + "layer_scalar": (1,)}
+    t = {
+        L + "self_attn.q_proj.weight": (p.num_heads * hd, d),
+        L + "self_attn.k_proj.weight": (kv * hd, d),
+        L + "self_attn.o_proj.weight": (d, p.num_heads * hd),
+        L + "self_attn.q_norm.weight": (hd,),
+        L + "self_attn.k_norm.weight": (hd,),
+        L + "mlp.gate_proj.weight": (f, d),
+        L + "mlp.up_proj.weight": (f, d),
+        L + "mlp.down_proj.weight": (d, f),
+        L + "layer_scalar": (1,),
+    }
     if kind != "global":
         t[L + "self_attn.v_proj.weight"] = (kv * hd, d)
-    for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-              "post_feedforward_layernorm"):
+    for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
         t[L + n + ".weight"] = (d,)
     return t
 
@@ -76,8 +85,12 @@ def _write_file(path: Path, tensors: dict[str, tuple[int, ...]]) -> None:
 
     if _BLOCK is None:
         _BLOCK = np.random.default_rng(0).normal(0, 0.02, 16 * 2**20).astype(ml_dtypes.bfloat16)
-    refs = [merge.OutTensor(name=k, src=merge.TensorRef(name=k, path=path, dtype="BF16", shape=s, offset=0,
-                                                         nbytes=int(np.prod(s)) * 2)) for k, s in tensors.items()]
+    refs = [
+        merge.OutTensor(
+            name=k, src=merge.TensorRef(name=k, path=path, dtype="BF16", shape=s, offset=0, nbytes=int(np.prod(s)) * 2)
+        )
+        for k, s in tensors.items()
+    ]
     with open(path, "wb") as f:
         f.write(merge.header_bytes(refs, {"format": "pt"}))
         for r in refs:
@@ -93,8 +106,10 @@ def build_parts(work: Path, max_layers: int) -> None:
     parts = work / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     if not (parts / "embed.safetensors").is_file():
-        _write_file(parts / "embed.safetensors", {PREFIX + "embed_tokens.weight": (p.vocab_size, p.embed_dim),
-                                                  PREFIX + "norm.weight": (p.embed_dim,)})
+        _write_file(
+            parts / "embed.safetensors",
+            {PREFIX + "embed_tokens.weight": (p.vocab_size, p.embed_dim), PREFIX + "norm.weight": (p.embed_dim,)},
+        )
     for i in range(max_layers):
         if not (parts / f"layer-{i:03d}.safetensors").is_file():
             _write_file(parts / f"layer-{i:03d}.safetensors", layer_tensors(p, i))
@@ -113,8 +128,9 @@ def make_base(work: Path, num_layers: int) -> Path:
         os.link(work / "parts" / n, d / out)
         weight_map.update({k: out for k in merge.read_header(d / out)[0]})
     total = sum((d / n).stat().st_size for n in set(weight_map.values()))
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
-                                                                "weight_map": weight_map}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     p.hf_config().to_json_file(str(d / "config.json"))
     return d
 
@@ -134,15 +150,19 @@ def make_lora(work: Path, num_layers: int) -> Path:
     for i, kind in enumerate(p.layer_kinds):
         hd = p.global_head_dim if kind == "global" else p.head_dim
         kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
-        attn = {"q_einsum": {"w_lora_a": arr(d, r), "w_lora_b": arr(r, p.num_heads, hd)},
-                "attn_vec_einsum": {"w_lora_a": arr(p.num_heads, hd, r), "w_lora_b": arr(r, d)}}
+        attn = {
+            "q_einsum": {"w_lora_a": arr(d, r), "w_lora_b": arr(r, p.num_heads, hd)},
+            "attn_vec_einsum": {"w_lora_a": arr(p.num_heads, hd, r), "w_lora_b": arr(r, d)},
+        }
         if kind == "global":
             attn["k_einsum"] = {"w_lora_a": arr(d, r), "w_lora_b": arr(r, kv, hd)}
         else:
             attn["kv_einsum"] = {"w_lora_a": arr(d, r), "w_lora_b": arr(r, 2, kv, hd)}
-        mlp = {"gate_proj": {"kernel_lora_a": arr(d, r), "kernel_lora_b": arr(r, f)},
-               "up_proj": {"kernel_lora_a": arr(d, r), "kernel_lora_b": arr(r, f)},
-               "down_proj": {"kernel_lora_a": arr(f, r), "kernel_lora_b": arr(r, d)}}
+        mlp = {
+            "gate_proj": {"kernel_lora_a": arr(d, r), "kernel_lora_b": arr(r, f)},
+            "up_proj": {"kernel_lora_a": arr(d, r), "kernel_lora_b": arr(r, f)},
+            "down_proj": {"kernel_lora_a": arr(f, r), "kernel_lora_b": arr(r, d)},
+        }
         layers[str(i)] = {"attn": attn, "mlp": mlp}
     run = work / f"lora-{num_layers}l"
     shutil.rmtree(run, ignore_errors=True)
@@ -171,8 +191,7 @@ def child_merge(base: str, lora: str, out: str, layers: str) -> dict:
     # 2 GiB shards: every layer count gets >= 2 output shards, so both shard writers run
     # (the default is 5 GiB; memory does not depend on the shard size).
     cpu = time.process_time()  # user + system, all threads
-    r = merge.merge_lora(base, lora, out, preset=bench_preset(int(layers)), progress=False,
-                         max_shard_bytes=2 * 2**30)
+    r = merge.merge_lora(base, lora, out, preset=bench_preset(int(layers)), progress=False, max_shard_bytes=2 * 2**30)
     cpu = time.process_time() - cpu
     sizes = [p.stat().st_size for p in Path(out).glob("*.safetensors")]
     return {"seconds": r.seconds, "cpu_seconds": cpu, "num_shards": r.num_shards, "largest_shard_bytes": max(sizes)}
@@ -224,8 +243,15 @@ def child_tunix(base: str, lora: str, out: str, layers: str) -> dict:
         return f"{PREFIX}layers.{parts[1]}.{hf[0]}.weight"
 
     safetensors_saver.save_lora_merged_model_as_safetensors(
-        base, out, root, rank=ckpt.rank, alpha=ckpt.alpha, state_key_transform_fn=key_fn,
-        custom_layer_extractor_fn=split_kv, transpose_rules={"_proj": (1, 0)})
+        base,
+        out,
+        root,
+        rank=ckpt.rank,
+        alpha=ckpt.alpha,
+        state_key_transform_fn=key_fn,
+        custom_layer_extractor_fn=split_kv,
+        transpose_rules={"_proj": (1, 0)},
+    )
     with open(Path(out) / "model.safetensors", "rb+") as f:
         os.fsync(f.fileno())
     return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu}
@@ -264,41 +290,64 @@ def main() -> int:
     counts = sorted(int(x) for x in a.layers.split(","))
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    results: dict = {"rank": RANK, "dtype": "bfloat16", "runs": [], "machine": {
-        "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0], "disk_free_gb": shutil.disk_usage(work).free / 1e9}}
+    results: dict = {
+        "rank": RANK,
+        "dtype": "bfloat16",
+        "runs": [],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_start": os.getloadavg()[0],
+            "disk_free_gb": shutil.disk_usage(work).free / 1e9,
+        },
+    }
     try:
         t = time.perf_counter()
         build_parts(work, max(counts))
         results["build_seconds"] = time.perf_counter() - t
         for n in counts:
             base, lora = make_base(work, n), make_lora(work, n)
-            row = {"layers": n, "base_bytes": dir_bytes(base),
-                   "lora_bytes": sum(p.stat().st_size for p in (lora / "checkpoints").rglob("*") if p.is_file())}
+            row = {
+                "layers": n,
+                "base_bytes": dir_bytes(base),
+                "lora_bytes": sum(p.stat().st_size for p in (lora / "checkpoints").rglob("*") if p.is_file()),
+            }
             copy = run_child("copy", str(base), str(work / "copy"))
             shutil.rmtree(work / "copy")
             ours = run_child("merge", str(base), str(lora), str(work / "merged"), str(n))
             shutil.rmtree(work / "merged")
-            row.update(copy_seconds=copy["seconds"], copy_peak_rss_bytes=copy["peak_rss_bytes"],
-                       copy_cpu_seconds=copy["cpu_seconds"], merge_cpu_seconds=ours["cpu_seconds"],
-                       merge_seconds=ours["seconds"], merge_peak_rss_bytes=ours["peak_rss_bytes"],
-                       merge_num_shards=ours["num_shards"], largest_output_shard_bytes=ours["largest_shard_bytes"],
-                       merge_over_copy=ours["seconds"] / copy["seconds"])
+            row.update(
+                copy_seconds=copy["seconds"],
+                copy_peak_rss_bytes=copy["peak_rss_bytes"],
+                copy_cpu_seconds=copy["cpu_seconds"],
+                merge_cpu_seconds=ours["cpu_seconds"],
+                merge_seconds=ours["seconds"],
+                merge_peak_rss_bytes=ours["peak_rss_bytes"],
+                merge_num_shards=ours["num_shards"],
+                largest_output_shard_bytes=ours["largest_shard_bytes"],
+                merge_over_copy=ours["seconds"] / copy["seconds"],
+            )
             if n == a.tunix_layers:
                 single = work / "single"
                 single.mkdir(exist_ok=True)
                 refs = {}
                 for f in base.glob("*.safetensors"):
                     refs.update(merge.read_header(f)[0])
-                merge.write_shard(single / "model.safetensors",
-                                   [merge.OutTensor(name=k, src=r) for k, r in refs.items()], {"format": "pt"})
+                merge.write_shard(
+                    single / "model.safetensors",
+                    [merge.OutTensor(name=k, src=r) for k, r in refs.items()],
+                    {"format": "pt"},
+                )
                 shutil.copy(base / "config.json", single / "config.json")
                 tunix = run_child("tunix", str(single), str(lora), str(work / "tunix_out"), str(n))
                 shutil.rmtree(work / "tunix_out", ignore_errors=True)
                 shutil.rmtree(single)
-                row.update(tunix_seconds=tunix["seconds"], tunix_peak_rss_bytes=tunix["peak_rss_bytes"],
-                           tunix_cpu_seconds=tunix["cpu_seconds"],
-                           tunix_over_ours_seconds=tunix["seconds"] / ours["seconds"],
-                           tunix_over_ours_rss=tunix["peak_rss_bytes"] / ours["peak_rss_bytes"])
+                row.update(
+                    tunix_seconds=tunix["seconds"],
+                    tunix_peak_rss_bytes=tunix["peak_rss_bytes"],
+                    tunix_cpu_seconds=tunix["cpu_seconds"],
+                    tunix_over_ours_seconds=tunix["seconds"] / ours["seconds"],
+                    tunix_over_ours_rss=tunix["peak_rss_bytes"] / ours["peak_rss_bytes"],
+                )
             results["runs"].append(row)
             shutil.rmtree(base)
             shutil.rmtree(lora)
@@ -309,11 +358,15 @@ def main() -> int:
     results["machine"]["load_avg_end"] = os.getloadavg()[0]
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{'layers':>6} {'GB':>6} {'copy s':>7} {'merge s':>8} {'ratio':>6} {'RSS GB':>7} {'Tunix s':>8} {'Tunix RSS':>9}")
+    print(
+        f"{'layers':>6} {'GB':>6} {'copy s':>7} {'merge s':>8} {'ratio':>6} {'RSS GB':>7} {'Tunix s':>8} {'Tunix RSS':>9}"
+    )
     for r in results["runs"]:
-        print(f"{r['layers']:>6} {r['base_bytes'] / 1e9:>6.2f} {r['copy_seconds']:>7.1f} {r['merge_seconds']:>8.1f} "
-              f"{r['merge_over_copy']:>6.2f} {r['merge_peak_rss_bytes'] / 2**30:>7.2f} "
-              f"{r.get('tunix_seconds', float('nan')):>8.1f} {r.get('tunix_peak_rss_bytes', float('nan')) / 2**30:>9.2f}")
+        print(
+            f"{r['layers']:>6} {r['base_bytes'] / 1e9:>6.2f} {r['copy_seconds']:>7.1f} {r['merge_seconds']:>8.1f} "
+            f"{r['merge_over_copy']:>6.2f} {r['merge_peak_rss_bytes'] / 2**30:>7.2f} "
+            f"{r.get('tunix_seconds', float('nan')):>8.1f} {r.get('tunix_peak_rss_bytes', float('nan')) / 2**30:>9.2f}"
+        )
     return 0
 
 

@@ -120,11 +120,14 @@ def recommend(results: dict[str, dict], margin: float) -> dict[str, dict]:
         # FLOPs per token within 2% count as equal; then prefer the larger batch.
         floor = min(r["flops_per_token"] for _, r in ok)
         name, r = max(
-            ((n, r) for n, r in ok if r["flops_per_token"] <= 1.02 * floor), key=lambda nr: nr[1]["config"]["batch_size"]
+            ((n, r) for n, r in ok if r["flops_per_token"] <= 1.02 * floor),
+            key=lambda nr: nr[1]["config"]["batch_size"],
         )
         c = r["config"]
         same_layout = [
-            x for _, x in ok if all(x["config"][k] == c[k] for k in ("remat", "flash_attention", "flash_block", "seq_len"))
+            x
+            for _, x in ok
+            if all(x["config"][k] == c[k] for k in ("remat", "flash_attention", "flash_block", "seq_len"))
         ]
         predicted, how = _max_batch(same_layout, margin)
         out[slice_name] = {
@@ -156,8 +159,10 @@ def main() -> int:
 
     data = json.loads(OUT.read_text()) if OUT.is_file() else {}
     # Reports written with the planner's first field names are read into today's.
-    results: dict[str, dict] = {n: fit.report_from_dict(r).to_dict() | {k: r[k] for k in ("wall_s", "crashed") if k in r}
-                                for n, r in data.get("results", {}).items()}
+    results: dict[str, dict] = {
+        n: fit.report_from_dict(r).to_dict() | {k: r[k] for k in ("wall_s", "crashed") if k in r}
+        for n, r in data.get("results", {}).items()
+    }
     names = args.only or [n for n in CONFIGS if n not in results or results[n].get("crashed")]
     if args.recommend_only:
         names = []

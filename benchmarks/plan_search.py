@@ -51,32 +51,53 @@ def spaces_31b():
         # with tensor parallelism; fsdp-only (4 x 1, batch 4) without remat only: its probes
         # compile 3-6 min each here, and it cannot beat 1 x 4 on memory (a whole layer per chip
         # during each all-gather).
-        "v5p-8": [SearchSpace(meshes=((1, 4), (2, 2)), **grid),
-                  SearchSpace(meshes=((4, 1),), remats=("none",), attentions=("dense", "splash512"), grow_batch=0)],
+        "v5p-8": [
+            SearchSpace(meshes=((1, 4), (2, 2)), **grid),
+            SearchSpace(meshes=((4, 1),), remats=("none",), attentions=("dense", "splash512"), grow_batch=0),
+        ],
         # The serving slice (32 GiB chips): without remat only splash fits at all, above the margin
         # (the full-depth compile in plan_31b.json); per-decoder remat with dense or splash 512
         # attention on 2 x 4, splash 512 on the other two meshes (4 x 2, 8 x 1)
         # and at twice the batch, and QLoRA (nf4, int8). An 8-chip probe compiles in 5-9 min here
         # (a 4-chip one in 1-5), which is what keeps this slice's search to 8 layouts; Tunix's
         # "block" remat took over 7 CPU-minutes for one 6-layer probe.
-        "v6e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=("nf4", "int8"), grow_batch=0),
-                  SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("dense", "splash512"), grow_batch=0),
-                  SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), batch_per_fsdp=(2,),
-                              grow_batch=0),
-                  SearchSpace(meshes=((4, 2), (8, 1)), remats=("decoder",), attentions=("splash512",), grow_batch=0),
-                  SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0)],
+        "v6e-8": [
+            SearchSpace(
+                meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), quantize=("nf4", "int8"), grow_batch=0
+            ),
+            SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("dense", "splash512"), grow_batch=0),
+            SearchSpace(
+                meshes=((2, 4),), remats=("decoder",), attentions=("splash512",), batch_per_fsdp=(2,), grow_batch=0
+            ),
+            SearchSpace(meshes=((4, 2), (8, 1)), remats=("decoder",), attentions=("splash512",), grow_batch=0),
+            SearchSpace(meshes=((2, 4),), remats=("none",), attentions=("splash512",), grow_batch=0),
+        ],
         # 4 x 32 GiB and 8 x 16 GiB: without remat the activations alone overflow them; a bf16,
         # nf4 or int8 base (int8 dequantizes by a multiply, Qwix's nf4 by a 16-entry table lookup).
-        "v6e-4": [SearchSpace(meshes=((1, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4", "int8"), grow_batch=0)],
-        "v5e-8": [SearchSpace(meshes=((2, 4),), remats=("decoder",), attentions=("splash512",),
-                              quantize=(None, "nf4", "int8"), grow_batch=0)],
+        "v6e-4": [
+            SearchSpace(
+                meshes=((1, 4),),
+                remats=("decoder",),
+                attentions=("splash512",),
+                quantize=(None, "nf4", "int8"),
+                grow_batch=0,
+            )
+        ],
+        "v5e-8": [
+            SearchSpace(
+                meshes=((2, 4),),
+                remats=("decoder",),
+                attentions=("splash512",),
+                quantize=(None, "nf4", "int8"),
+                grow_batch=0,
+            )
+        ],
     }
 
 
-def spaces_small(meshes: dict[int, tuple[int, int]], attention: str, *, try_splash: bool = False,
-                 qlora_v5e: bool = False):
+def spaces_small(
+    meshes: dict[int, tuple[int, int]], attention: str, *, try_splash: bool = False, qlora_v5e: bool = False
+):
     """Per slice: the mesh at the KV-head cap for its chip count, per-decoder remat; on v5p-8 (95 GB
     chips) also no remat, and (``try_splash``) splash 512 once, to record why it does not lower;
     (``qlora_v5e``) on v5e-8, where the bf16 layout was compiled and does not fit its 16 GB chips
@@ -84,15 +105,21 @@ def spaces_small(meshes: dict[int, tuple[int, int]], attention: str, *, try_spla
     from cookbook.fit import SearchSpace
 
     chips = {"v5e-8": 8, "v6e-4": 4, "v6e-8": 8, "v5p-8": 4}
-    out = {s: [SearchSpace(meshes=(meshes[n],), remats=("decoder",), attentions=(attention,), grow_batch=0)]
-           for s, n in chips.items()}
+    out = {
+        s: [SearchSpace(meshes=(meshes[n],), remats=("decoder",), attentions=(attention,), grow_batch=0)]
+        for s, n in chips.items()
+    }
     out["v5p-8"].append(SearchSpace(meshes=(meshes[4],), remats=("none",), attentions=(attention,), grow_batch=0))
     if try_splash:
-        out["v5p-8"].append(SearchSpace(meshes=(meshes[4],), remats=("decoder",), attentions=("splash512",),
-                                        grow_batch=0))
+        out["v5p-8"].append(
+            SearchSpace(meshes=(meshes[4],), remats=("decoder",), attentions=("splash512",), grow_batch=0)
+        )
     if qlora_v5e:
-        out["v5e-8"].append(SearchSpace(meshes=(meshes[8],), remats=("decoder",), attentions=(attention,),
-                                        quantize=("nf4",), grow_batch=0))
+        out["v5e-8"].append(
+            SearchSpace(
+                meshes=(meshes[8],), remats=("decoder",), attentions=(attention,), quantize=("nf4",), grow_batch=0
+            )
+        )
     return out
 
 
@@ -118,16 +145,25 @@ def spaces(preset: str):
 NOT_COMPILABLE_HERE = {
     "gemma4_e2b": {
         "v5e-8": "its full-depth 8-chip compile ran out of this host's 24 GiB of RAM (killed at 24.3 GB, "
-                 "2026-12-02); compile it on a host with more memory",
+        "2026-12-02); compile it on a host with more memory",
         "v6e-8": "the same full-depth 8-chip program as v5e-8's, which ran out of this host's 24 GiB of RAM; "
-                 "compile it on a host with more memory",
+        "compile it on a host with more memory",
     },
 }
 
 # Layouts compiled at full depth to check the probe extrapolation against (31B: plan_31b.json).
 FULL_DEPTH_CHECKS = {
-    "gemma4_26b_a4b": [dict(slice_name="v5p-8", mesh_fsdp=2, mesh_tp=2, batch_size=2, remat="decoder",
-                            flash_attention=True, flash_block=512)],
+    "gemma4_26b_a4b": [
+        dict(
+            slice_name="v5p-8",
+            mesh_fsdp=2,
+            mesh_tp=2,
+            batch_size=2,
+            remat="decoder",
+            flash_attention=True,
+            flash_block=512,
+        )
+    ],
 }
 
 
@@ -142,12 +178,16 @@ def full_depth_checks(preset: str, base) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="gemma4_31b", help="a released size: gemma4_31b, gemma4_26b_a4b, "
-                    "gemma4_e4b, gemma4_e2b")
+    ap.add_argument(
+        "--preset", default="gemma4_31b", help="a released size: gemma4_31b, gemma4_26b_a4b, gemma4_e4b, gemma4_e2b"
+    )
     ap.add_argument("--slices", default=None, help="comma-separated slices to search (default: all four)")
     ap.add_argument("--workers", type=int, default=2, help="compiles at a time (each its own process)")
-    ap.add_argument("--cached-only", action="store_true",
-                    help="compile nothing: write the results from the compiles already cached (a stopped search)")
+    ap.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="compile nothing: write the results from the compiles already cached (a stopped search)",
+    )
     args = ap.parse_args()
     from cookbook.core import setup_runtime_env
 
@@ -164,8 +204,7 @@ def main() -> int:
     for slice_name in sorted(slices, key=lambda s: ("v6e-8" in s, s)):  # the slow 8-chip one last
         res = None
         for space in space_of[slice_name]:
-            one = fit.search(preset, slice_name, space, base=base, workers=args.workers,
-                             cached_only=args.cached_only)
+            one = fit.search(preset, slice_name, space, base=base, workers=args.workers, cached_only=args.cached_only)
             res = one if res is None else fit.merge_searches(res, one)
         results.append(res)
         print(f"\n{slice_name}:\n{fit.format_rows(res.rows())}", flush=True)
@@ -184,8 +223,11 @@ def main() -> int:
         if len(probes) < 2:
             continue
         validation.append(fit.validate_extrapolation(full, _search.full_depth_report(c, probes)))
-    data = fit.results_dict(results, machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
-                            validation=validation if _search.probe_depths(base) else None)
+    data = fit.results_dict(
+        results,
+        machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
+        validation=validation if _search.probe_depths(base) else None,
+    )
     # What the spaces hold that a --cached-only write left out (not compiled yet), per slice.
     data["not_compiled"] = {}
     for res in results:
@@ -193,8 +235,9 @@ def main() -> int:
         for space in res.spaces:
             wanted |= fit.candidates(base.replace(slice_name=res.slice_name), space)
         data["not_compiled"][res.slice_name] = sorted(set(wanted) - set(res.reports))
-    data["not_compiled_why"] = {s: why for s, why in NOT_COMPILABLE_HERE.get(preset, {}).items()
-                                if data["not_compiled"].get(s)}
+    data["not_compiled_why"] = {
+        s: why for s, why in NOT_COMPILABLE_HERE.get(preset, {}).items() if data["not_compiled"].get(s)
+    }
     out = fit.plan_results_path(preset)
     out.write_text(json.dumps(data, indent=2, sort_keys=True))
     print(f"wrote {out}")

@@ -41,8 +41,13 @@ def main() -> int:
     print(f"{preset.name}: {preset.num_params() / 1e6:.0f}M parameters, {model_dir} ({time.perf_counter() - t0:.0f} s)")
     loads = [os.getloadavg()[0]]
     points = []
-    cfg = serve.ServeConfig(model_dir=str(model_dir), served_model_name=preset.name, max_model_len=1024,
-                            kv_cache_gib=2, max_num_seqs=max(64, max(args.concurrency)))
+    cfg = serve.ServeConfig(
+        model_dir=str(model_dir),
+        served_model_name=preset.name,
+        max_model_len=1024,
+        kv_cache_gib=2,
+        max_num_seqs=max(64, max(args.concurrency)),
+    )
     with serve.VLLMServer(cfg) as server:
         print(f"vLLM started in {server.startup_s:.0f} s")
         serve.run_point(server.base_url, preset.name, serve.random_prompts(preset.vocab_size, 2, 16, seed=99), 4)
@@ -64,15 +69,21 @@ def main() -> int:
     ratios = {c: by[("vllm", c)]["output_tok_s"] / by[("transformers", c)]["output_tok_s"] for c in args.concurrency}
     print("\n" + serve.table(points))
     for c, r in ratios.items():
-        print(f"concurrency {c:>3}: vLLM / transformers output tok/s = {r:.2f}x; TTFT p50 "
-              f"{by[('vllm', c)]['ttft_ms']['p50']:.0f} ms vs {by[('transformers', c)]['ttft_ms']['p50']:.0f} ms")
+        print(
+            f"concurrency {c:>3}: vLLM / transformers output tok/s = {r:.2f}x; TTFT p50 "
+            f"{by[('vllm', c)]['ttft_ms']['p50']:.0f} ms vs {by[('transformers', c)]['ttft_ms']['p50']:.0f} ms"
+        )
     top = max(args.concurrency)
     payload = {
-        "preset": preset.name, "num_params": preset.num_params(), "input_len": args.input_len,
-        "output_len": args.output_len, "vllm_startup_s": startup_s,
+        "preset": preset.name,
+        "num_params": preset.num_params(),
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "vllm_startup_s": startup_s,
         "threads": {"vllm": "VLLM_CPU_OMP_THREADS_BIND=auto (1 worker core, 1 reserved)", "transformers": 1},
         "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "load_avg_1m": loads},
-        "ratio_output_tok_s": ratios, "target_2x_at_max_concurrency": ratios[top] >= 2.0,
+        "ratio_output_tok_s": ratios,
+        "target_2x_at_max_concurrency": ratios[top] >= 2.0,
         "points": [{k: v for k, v in p.items() if k != "samples"} for p in points],
     }
     out = Path(args.out or Path(__file__).parent / "results" / f"serve_bench_{preset.name}.json")

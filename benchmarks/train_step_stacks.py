@@ -99,8 +99,9 @@ def train_config(spec: BenchSpec, base_dir: Path):
         model_preset=compute_preset(spec),
         base_dir=str(base_dir),
         lora=lora.LoraConfig(rank=spec.rank, alpha=spec.alpha, dropout=0.0),
-        data=data.DataConfig(seq_len=spec.seq_len, batch_size=spec.batch_size, packing=False,
-                             too_long="truncate", seed=spec.seed),
+        data=data.DataConfig(
+            seq_len=spec.seq_len, batch_size=spec.batch_size, packing=False, too_long="truncate", seed=spec.seed
+        ),
         max_steps=steps,
         warmup_steps=0,  # no step at learning rate 0; AdamW either way (the JAX side: the planner's)
         learning_rate=1e-4,
@@ -172,8 +173,12 @@ def model_flops_per_step(spec: BenchSpec) -> dict[str, float]:
         attention += 3 * 4 * n * hd * keys
     lora_params = lora.expected_lora_params(p, lora.LoraConfig(rank=spec.rank, alpha=spec.alpha))
     per_token = 4 * frozen + 6 * lora_params
-    return {"flops": b * (t * per_token + attention), "frozen_matmul_params": frozen, "lora_params": lora_params,
-            "attention_flops": b * attention}
+    return {
+        "flops": b * (t * per_token + attention),
+        "frozen_matmul_params": frozen,
+        "lora_params": lora_params,
+        "attention_flops": b * attention,
+    }
 
 
 def _median_steps(times: list[float], warmup: int) -> float:
@@ -202,10 +207,16 @@ def run_jax(spec: BenchSpec, work: Path) -> dict[str, Any]:
     _pin_cpu(spec)
     device = jax.devices()[0]
     if (device.platform == "gpu") != (spec.device == "gpu"):
-        raise RuntimeError(f"asked for device={spec.device!r} but JAX's first device is {device} "
-                           "(on a GPU host, install jax with CUDA; on a CPU host pass --device cpu)")
-    info: dict[str, Any] = {"device_kind": device.device_kind, "platform": device.platform,
-                            "load_average_start": list(os.getloadavg()), "matmul_flops_per_s": _matmul_rate_jax(spec)}
+        raise RuntimeError(
+            f"asked for device={spec.device!r} but JAX's first device is {device} "
+            "(on a GPU host, install jax with CUDA; on a CPU host pass --device cpu)"
+        )
+    info: dict[str, Any] = {
+        "device_kind": device.device_kind,
+        "platform": device.platform,
+        "load_average_start": list(os.getloadavg()),
+        "matmul_flops_per_s": _matmul_rate_jax(spec),
+    }
     (work / "jax.partial.json").write_text(json.dumps(info))  # the MFU denominator, even if the rest fails
     base_dir = Path(json.loads((work / "base.json").read_text())["base_dir"])
     preset = compute_preset(spec)
@@ -223,8 +234,9 @@ def run_jax(spec: BenchSpec, work: Path) -> dict[str, Any]:
     lora_start = jax.device_get(lora_state)
     del lora_state
     apply_s = time.perf_counter() - t0 - load_s
-    print(f"loaded the base in {load_s:.0f} s, applied LoRA ({lora_params:,} parameters) in {apply_s:.0f} s",
-          flush=True)
+    print(
+        f"loaded the base in {load_s:.0f} s, applied LoRA ({lora_params:,} parameters) in {apply_s:.0f} s", flush=True
+    )
     mesh = mesh_lib.make_mesh(1, 1, devices=[device])
     tokenizer = data.load_tokenizer(base_dir=base_dir)
     rows = long_rows(tokenizer, spec.max_batch, spec.seq_len, spec.seed)
@@ -234,8 +246,13 @@ def run_jax(spec: BenchSpec, work: Path) -> dict[str, Any]:
     for i, (remat, batch) in enumerate(layouts):
         t_layout = time.perf_counter()
         if i and spec.jax_deadline is not None and time.time() + last_s > spec.jax_deadline:
-            results.append({"remat": remat, "batch_size": batch,
-                            "error": f"skipped: the last layout took {last_s:.0f} s, more than the time left"})
+            results.append(
+                {
+                    "remat": remat,
+                    "batch_size": batch,
+                    "error": f"skipped: the last layout took {last_s:.0f} s, more than the time left",
+                }
+            )
             continue
         plan_cfg = fit.PlanConfig(model_preset=spec.preset, slice_name="local", batch_size=batch,
                                   seq_len=spec.seq_len, remat=remat, lora=lora_cfg, param_dtype=spec.compute_dtype,
@@ -258,8 +275,9 @@ def run_jax(spec: BenchSpec, work: Path) -> dict[str, Any]:
             times, losses = [], []
             for _ in range(spec.warmup_steps + spec.steps):
                 t0 = time.perf_counter()
-                lora_state, opt_state, loss = compiled(lora_state, rest, opt_state,
-                                                       jax.device_put(batch_np, shardings[3]))
+                lora_state, opt_state, loss = compiled(
+                    lora_state, rest, opt_state, jax.device_put(batch_np, shardings[3])
+                )
                 jax.block_until_ready((lora_state, opt_state, loss))
                 times.append(time.perf_counter() - t0)
                 losses.append(float(loss))
@@ -276,26 +294,45 @@ def run_jax(spec: BenchSpec, work: Path) -> dict[str, Any]:
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list | tuple) else cost
         mem = compiled.memory_analysis()
-        results.append({
-            "remat": remat, "batch_size": batch, "tokens_per_step": batch * spec.seq_len,
-            "compile_s": compile_s, "step_times_s": times, "step_s": _median_steps(times, spec.warmup_steps),
-            "losses": losses,
-            "xla_flops": float(cost.get("flops", 0.0)), "xla_bytes_accessed": float(cost.get("bytes accessed", 0.0)),
-            "xla_optimal_seconds": cost.get("optimal_seconds"),
-            "compiled_bytes": int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-                                  + mem.temp_size_in_bytes),
-            "compiled_temp_bytes": int(mem.temp_size_in_bytes),
-        })
+        results.append(
+            {
+                "remat": remat,
+                "batch_size": batch,
+                "tokens_per_step": batch * spec.seq_len,
+                "compile_s": compile_s,
+                "step_times_s": times,
+                "step_s": _median_steps(times, spec.warmup_steps),
+                "losses": losses,
+                "xla_flops": float(cost.get("flops", 0.0)),
+                "xla_bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+                "xla_optimal_seconds": cost.get("optimal_seconds"),
+                "compiled_bytes": int(
+                    mem.argument_size_in_bytes
+                    + mem.output_size_in_bytes
+                    - mem.alias_size_in_bytes
+                    + mem.temp_size_in_bytes
+                ),
+                "compiled_temp_bytes": int(mem.temp_size_in_bytes),
+            }
+        )
         if i == 0:
-            results[0].update(device_peak_bytes=peak, device_peak_before_steps_bytes=before.get("peak_bytes_in_use"),
-                              device_in_use_before_steps_bytes=before.get("bytes_in_use"))
+            results[0].update(
+                device_peak_bytes=peak,
+                device_peak_before_steps_bytes=before.get("peak_bytes_in_use"),
+                device_in_use_before_steps_bytes=before.get("bytes_in_use"),
+            )
         last_s = time.perf_counter() - t_layout
         print(f"  median step {results[-1]['step_s']:.4f} s; loss {losses[0]:.5f} -> {losses[-1]:.5f}", flush=True)
         (work / "jax.partial.json").write_text(json.dumps({**info, "layouts": results}))
-    return {**info, "layouts": results, "lora_params": lora_params, "lora_dtype": lora_dtype,
-            "load_average_end": list(os.getloadavg()),
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "versions": _versions("jax", "jaxlib", "flax", "optax", "google-tunix", "qwix")}
+    return {
+        **info,
+        "layouts": results,
+        "lora_params": lora_params,
+        "lora_dtype": lora_dtype,
+        "load_average_end": list(os.getloadavg()),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "versions": _versions("jax", "jaxlib", "flax", "optax", "google-tunix", "qwix"),
+    }
 
 
 def _matmul_rate_jax(spec: BenchSpec) -> float:
@@ -340,8 +377,12 @@ def run_torch(spec: BenchSpec, work: Path) -> dict[str, Any]:
     if not on_gpu:
         torch.set_num_threads(spec.threads)
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
-    matmul = _matmul_rate(spec, lambda x: x @ x, lambda n: torch.ones((n, n), dtype=getattr(torch, spec.compute_dtype),
-                                                                      device="cuda" if on_gpu else "cpu"), sync)
+    matmul = _matmul_rate(
+        spec,
+        lambda x: x @ x,
+        lambda n: torch.ones((n, n), dtype=getattr(torch, spec.compute_dtype), device="cuda" if on_gpu else "cpu"),
+        sync,
+    )
     base_dir = Path(json.loads((work / "base.json").read_text())["base_dir"])
     config = train_config(spec, base_dir)
     bf16 = spec.compute_dtype == "bfloat16"  # the recipe's bf16 weights and autocast, on a CPU too
@@ -351,8 +392,15 @@ def run_torch(spec: BenchSpec, work: Path) -> dict[str, Any]:
     tokenizer = data.load_tokenizer(base_dir=base_dir)
     rows = long_rows(tokenizer, spec.batch_size, spec.seq_len, spec.seed)
     n_steps = spec.warmup_steps + spec.steps
-    overrides = {"report_to": "none", "save_strategy": "no", "eval_strategy": "no", "disable_tqdm": True,
-                 "train_sampling_strategy": "sequential", "dataloader_num_workers": 0, "max_steps": n_steps}
+    overrides = {
+        "report_to": "none",
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "disable_tqdm": True,
+        "train_sampling_strategy": "sequential",
+        "dataloader_num_workers": 0,
+        "max_steps": n_steps,
+    }
     if not on_gpu:
         overrides["use_cpu"] = True
 
@@ -371,11 +419,19 @@ def run_torch(spec: BenchSpec, work: Path) -> dict[str, Any]:
             self.end.append(time.perf_counter())
 
     t0 = time.perf_counter()
-    trainer = script.build_trainer(model_path=str(base_dir), train_rows=rows * n_steps, output_dir=work / "run",
-                                   recipe_dir=work / "recipe", sft_overrides=overrides)
+    trainer = script.build_trainer(
+        model_path=str(base_dir),
+        train_rows=rows * n_steps,
+        output_dir=work / "run",
+        recipe_dir=work / "recipe",
+        sft_overrides=overrides,
+    )
     setup_s = time.perf_counter() - t0
-    print(f"recipe trainer built in {setup_s:.0f} s (gradient checkpointing {trainer.args.gradient_checkpointing}, "
-          f"bf16 {trainer.args.bf16})", flush=True)
+    print(
+        f"recipe trainer built in {setup_s:.0f} s (gradient checkpointing {trainer.args.gradient_checkpointing}, "
+        f"bf16 {trainer.args.bf16})",
+        flush=True,
+    )
     ours = host_batch(tokenizer, rows, spec.seq_len)["input_tokens"]
     theirs = [list(trainer.train_dataset[i]["input_ids"]) for i in range(len(rows))]
     timer = StepTimer()

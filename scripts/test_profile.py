@@ -33,8 +33,9 @@ def by_file(rows: list[dict]) -> list[dict]:
     files: dict[tuple[str, str], dict] = {}
     for r in rows:
         name = r["test"].split("::", 1)[0]
-        f = files.setdefault((r["stream"], name), {"file": name, "stream": r["stream"], "tests": 0,
-                                                   "wall_s": 0.0, "cpu_s": 0.0})
+        f = files.setdefault(
+            (r["stream"], name), {"file": name, "stream": r["stream"], "tests": 0, "wall_s": 0.0, "cpu_s": 0.0}
+        )
         f["tests"] += 1
         f["wall_s"] += r["wall_s"]
         f["cpu_s"] += r["cpu_s"]
@@ -59,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, rs in sorted(streams.items()):
         start = min(r["start"] for r in rs) - t0
         end = max(r["start"] + r["wall_s"] for r in rs) - t0
-        print(f"{name or '-':10} {len(rs):6}  {start / 60:6.1f}-{end / 60:5.1f}     {sum(r['wall_s'] for r in rs) / 60:8.1f}"
-              f"  {sum(r['cpu_s'] for r in rs) / 60:9.1f}")
+        print(
+            f"{name or '-':10} {len(rs):6}  {start / 60:6.1f}-{end / 60:5.1f}     {sum(r['wall_s'] for r in rs) / 60:8.1f}"
+            f"  {sum(r['cpu_s'] for r in rs) / 60:9.1f}"
+        )
     print(f"all        {len(rows):6}  CPU {sum(r['cpu_s'] for r in rows) / 60:.1f} min")
     files = by_file(rows)
     print(f"\nfiles by wall (top {args.top}): wall s, CPU s, tests, stream")
@@ -69,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("wall_s", "cpu_s"):
         print(f"\ntests by {key[:-2]} (top {args.top}): wall s (setup), CPU s, stream")
         for r in sorted(rows, key=lambda r: -r[key])[: args.top]:
-            print(f"{r['wall_s']:8.1f} ({r.get('setup_wall_s', 0):6.1f}) {r['cpu_s']:8.1f}  {r['stream']:9} {r['test']}")
+            print(
+                f"{r['wall_s']:8.1f} ({r.get('setup_wall_s', 0):6.1f}) {r['cpu_s']:8.1f}  {r['stream']:9} {r['test']}"
+            )
     if args.json:
         args.json.write_text(json.dumps(files, indent=1) + "\n")
 

@@ -22,14 +22,28 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-MISSING = ("Chromium is not installed (no chromium or chromium-browser on PATH): `bash scripts/setup_env.sh "
-           "--system chromium` installs Debian's package (apt-get, as root); elsewhere install chromium")
+MISSING = (
+    "Chromium is not installed (no chromium or chromium-browser on PATH): `bash scripts/setup_env.sh "
+    "--system chromium` installs Debian's package (apt-get, as root); elsewhere install chromium"
+)
 # CI sets CI=true (as GitHub Actions, GitLab and most runners do): there nothing may be skipped for
 # want of a tool the project installs itself.
 ON_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-FLAGS = ["--headless", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
-         "--mute-audio", "--hide-scrollbars", "--window-size=1280,1600", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--window-size=1280,1600",
+    "--remote-debugging-pipe",
+]
 
 
 class BrowserError(RuntimeError):
@@ -77,9 +91,15 @@ class Browser:
 
         flags = [*FLAGS, f"--user-data-dir={self._profile}"] + (["--no-sandbox"] if os.geteuid() == 0 else [])
         self._log = open(log_path or os.devnull, "wb")  # noqa: SIM115  (closed in close())
-        self.process = subprocess.Popen([CHROMIUM, *flags, "about:blank"], stdin=subprocess.DEVNULL,
-                                        stdout=self._log, stderr=self._log, preexec_fn=fds_3_and_4,
-                                        pass_fds=(3, 4), start_new_session=True)
+        self.process = subprocess.Popen(
+            [CHROMIUM, *flags, "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            preexec_fn=fds_3_and_4,
+            pass_fds=(3, 4),
+            start_new_session=True,
+        )
         os.close(to_browser_r)
         os.close(from_browser_w)
         self._ids = itertools.count(1)
@@ -91,8 +111,9 @@ class Browser:
 
     def _new_page(self) -> None:
         target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
-        self._session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                  session=False)["sessionId"]
+        self._session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, session=False)[
+            "sessionId"
+        ]
         self.send("Page.enable")
         self.send("Runtime.enable")
 
@@ -130,8 +151,11 @@ class Browser:
 
     def evaluate(self, expression: str, *, timeout_s: float = 60) -> Any:
         """The JSON value of a JavaScript expression (promises awaited)."""
-        r = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                      timeout_s=timeout_s)
+        r = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            timeout_s=timeout_s,
+        )
         if "exceptionDetails" in r:
             d = r["exceptionDetails"]
             raise BrowserError(f"JavaScript error: {d.get('exception', {}).get('description') or d.get('text')}")

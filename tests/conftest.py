@@ -10,9 +10,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Must happen before anything imports JAX: the suite runs on a fake 8-device CPU host so
 # that sharding is really exercised (4 x 2 fsdp x tp meshes).
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-).strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -93,14 +91,14 @@ def pytest_collection_modifyitems(session, config, items):
         return
     last = items.index(users[-1])
     theirs = {id(i) for i in users}
-    items[:] = [i for i in items[:last] if id(i) not in theirs] + users + items[last + 1:]
+    items[:] = [i for i in items[:last] if id(i) not in theirs] + users + items[last + 1 :]
 
 
 def pytest_runtest_teardown(item, nextitem):
     if "vllm_lora_server" not in getattr(item, "fixturenames", ()):
         return
     items = item.session.items
-    later = items[items.index(nextitem):] if nextitem is not None else []
+    later = items[items.index(nextitem) :] if nextitem is not None else []
     if not any("vllm_lora_server" in getattr(i, "fixturenames", ()) for i in later):
         import vllm_fixture
 

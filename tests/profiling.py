@@ -58,8 +58,10 @@ class Profiler:
     def _timed(self, item, phase):
         start, wall0, cpu0 = time.time(), time.perf_counter(), _cpu_s()
         yield
-        row = self.rows.setdefault(item.nodeid, {"test": item.nodeid, "stream": self.stream,
-                                                 "start": round(start, 1), "wall_s": 0.0, "cpu_s": 0.0})
+        row = self.rows.setdefault(
+            item.nodeid,
+            {"test": item.nodeid, "stream": self.stream, "start": round(start, 1), "wall_s": 0.0, "cpu_s": 0.0},
+        )
         row[f"{phase}_wall_s"] = round(time.perf_counter() - wall0, 3)
         row["wall_s"] = round(row["wall_s"] + row[f"{phase}_wall_s"], 3)
         row["cpu_s"] = round(row["cpu_s"] + _cpu_s() - cpu0, 3)

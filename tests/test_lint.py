@@ -12,7 +12,21 @@ def test_ruff_is_clean():
     ruff = Path(sys.executable).with_name("ruff")
     out = subprocess.run(
         [str(ruff), "check", "cookbook", "tests", "benchmarks", "notebooks", "scripts"],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_is_applied():
+    """One formatter and one line length (pyproject.toml) for the whole tree, notebooks included."""
+    ruff = Path(sys.executable).with_name("ruff")
+    out = subprocess.run(
+        [str(ruff), "format", "--check", "cookbook", "tests", "benchmarks", "notebooks", "scripts"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 

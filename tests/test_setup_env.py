@@ -24,16 +24,14 @@ PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def _public_index_only(**extra: str) -> dict[str, str]:
     """The environment of a machine whose pip knows only the public index."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "COOKBOOK_TORCH", "PIP_FIND", "UV_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "COOKBOOK_TORCH", "PIP_FIND", "UV_"))}
     env["PIP_CONFIG_FILE"] = os.devnull  # no /etc/pip.conf, /etc/xdg/pip, ~/.config/pip: PyPI only
     env["COOKBOOK_PIP_PROBE_TIMEOUT"] = "10"
     return {**env, **extra}
 
 
 def _decide(env: dict[str, str]) -> str:
-    done = subprocess.run(["bash", str(SCRIPT), "--torch-source"], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(["bash", str(SCRIPT), "--torch-source"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -50,8 +48,12 @@ def test_a_mirror_replaces_pytorchs_index():
 def test_a_wheel_pip_can_already_see_adds_no_index(tmp_path):
     """A folder holding the build (find-links, as a mirror or this machine's local wheels) is
     enough: nothing is added, so no unreachable index is ever waited on."""
-    wheels = sorted(p for d in os.environ.get("PIP_FIND_LINKS", "/opt/wheels").split()
-                    if Path(d).is_dir() for p in Path(d).glob(f"torch-{TORCH_PIN}-cp311-*.whl"))
+    wheels = sorted(
+        p
+        for d in os.environ.get("PIP_FIND_LINKS", "/opt/wheels").split()
+        if Path(d).is_dir()
+        for p in Path(d).glob(f"torch-{TORCH_PIN}-cp311-*.whl")
+    )
     if not wheels:
         pytest.skip(f"no torch-{TORCH_PIN} wheel on this machine to stand in for a mirror")
     (tmp_path / wheels[0].name).symlink_to(wheels[0])
@@ -81,9 +83,14 @@ def test_a_new_checkouts_venv_is_a_linked_copy_of_the_machines_build(tmp_path):
     assert (venv / jax_init).stat().st_ino == (built / jax_init).stat().st_ino
     assert (venv / "bin" / "pytest").read_text().splitlines()[0] == f"#!{venv}/bin/python"
     assert (built / "bin" / "pytest").read_text().splitlines()[0] == f"#!{built}/bin/python"
-    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import cookbook, sys; print(cookbook.__file__, sys.prefix)"],
-                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                           cwd=tmp_path, timeout=120)
+    found = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import cookbook, sys; print(cookbook.__file__, sys.prefix)"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert found.stdout.split() == [str(REPO / "cookbook" / "__init__.py"), str(venv)], found.stderr
     assert not list((built / "lib/python3.11/site-packages").glob("__editable__*"))  # the build holds no checkout
     # Idempotent: a second call finds its stamp and returns at once.
@@ -128,7 +135,10 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float = 120) -> tuple[
 @pytest.mark.parametrize("ci", [True, False], ids=["ci", "not-ci"])
 def test_no_python_for_the_tpu_host_pass(path_without_tools, tmp_path, ci):
     link = tmp_path / "venv-tpuhost"
-    code, out = _run(["bash", str(SCRIPT), "--tpu-host"], _env_lacking_tools(path_without_tools, tmp_path, ci=ci, COOKBOOK_TPU_HOST_VENV=str(link)))
+    code, out = _run(
+        ["bash", str(SCRIPT), "--tpu-host"],
+        _env_lacking_tools(path_without_tools, tmp_path, ci=ci, COOKBOOK_TPU_HOST_VENV=str(link)),
+    )
     assert out.count("\n") == 1 and "Python 3.12 or 3.13" in out and "pyenv install 3.13" in out, out
     if ci:
         assert code == 1 and "CI (CI=true) must run" in out
@@ -154,8 +164,11 @@ def test_no_chromium_for_the_browser_tests(path_without_tools, tmp_path, ci):
     # The browser tests themselves, on that PATH: every one fails under CI, and is skipped, saying
     # why, elsewhere. (A reused demo run: make demo is never started here, whatever happens.)
     env["COOKBOOK_TEST_DEMO_RUN"] = str(tmp_path / "no-demo")
-    code, out = _run([sys.executable, "-m", "pytest", "tests/harness/test_browser.py", "-p", "no:cacheprovider",
-                      "-q"], env, timeout_s=300)
+    code, out = _run(
+        [sys.executable, "-m", "pytest", "tests/harness/test_browser.py", "-p", "no:cacheprovider", "-q"],
+        env,
+        timeout_s=300,
+    )
     assert "Chromium is not installed" in out and "setup_env.sh --system chromium" in out, out[-3000:]
     if ci:
         assert code == 1 and "2 errors" in out and "must run in CI" in out, out[-3000:]

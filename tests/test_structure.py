@@ -17,8 +17,21 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "cookbook"
 # Stage packages in notebook order; a package may import itself and the ones before it.
-STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "evaluate", "cost",
-          "harness")
+STAGES = (
+    "core",
+    "models",
+    "mesh",
+    "lora",
+    "fit",
+    "data",
+    "train",
+    "gpu",
+    "merge",
+    "serve",
+    "evaluate",
+    "cost",
+    "harness",
+)
 MAX_LINES = 460  # "about 450": a module past it holds two ideas
 
 
@@ -75,7 +88,8 @@ def test_stages_import_only_earlier_stages_and_no_privates():
             if mine and theirs and STAGES.index(theirs) > STAGES.index(mine):
                 problems.append(f"{where}: stage {mine} imports later stage {theirs} ({target})")
             private = [p for p in target.split(".")[2:] if p.startswith("_")] or (
-                [name] if name and name.startswith("_") and target == imported else [])
+                [name] if name and name.startswith("_") and target == imported else []
+            )
             if theirs and theirs != mine and private:
                 problems.append(f"{where}: {mine or mod} imports {theirs}'s private {'.'.join(private)}")
     assert not problems, "\n".join(problems)

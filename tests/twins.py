@@ -24,10 +24,20 @@ TWINS = ("tiny_e2b", "tiny_26b_a4b")
 # eval loss 0.47: the schedule is now 100 steps.
 # The last checkpoint but one is 2 steps before the end, so that resuming from it is cheap.
 SHORT_SCHEDULE = {
-    "tiny_e2b": {"max_steps": 100, "warmup_steps": 10, "learning_rate": 3e-3, "eval_every_steps": 100,
-                 "checkpoint_every_steps": 98},
-    "tiny_26b_a4b": {"max_steps": 160, "warmup_steps": 10, "learning_rate": 6e-3, "eval_every_steps": 160,
-                     "checkpoint_every_steps": 158},
+    "tiny_e2b": {
+        "max_steps": 100,
+        "warmup_steps": 10,
+        "learning_rate": 3e-3,
+        "eval_every_steps": 100,
+        "checkpoint_every_steps": 98,
+    },
+    "tiny_26b_a4b": {
+        "max_steps": 160,
+        "warmup_steps": 10,
+        "learning_rate": 6e-3,
+        "eval_every_steps": 160,
+        "checkpoint_every_steps": 158,
+    },
 }
 # Asserted: clearly above the base's 0, with room for the run-to-run spread of another CPU (about
 # half of what was measured here: float32 rounding differs with the thread count and the tiny
@@ -64,8 +74,9 @@ def jax_eval(name: str) -> dict:
         rows = train.eval_rows(cfg)[:EVAL_ROWS]
         tokenizer = train.load_tokenizer(cfg.base_dir)
         tuned = train.evaluate(train.restore_lora_model(run_dir), tokenizer, rows)
-        base = train.evaluate(train.build_lora_model(cfg.replace(lora={"dropout": 0.0})), tokenizer, rows,
-                              sampler=tuned.pop("sampler"))
+        base = train.evaluate(
+            train.build_lora_model(cfg.replace(lora={"dropout": 0.0})), tokenizer, rows, sampler=tuned.pop("sampler")
+        )
         base.pop("sampler")
         _EVALS[name] = {"rows": rows, "base": base, "tuned": tuned}
     return _EVALS[name]

@@ -38,15 +38,22 @@ def start_lora_server() -> types.SimpleNamespace:
     adapter = merge.ensure_peft(run_dir, layout="text")
     key = "test-key-not-secret"
     config = serve.ServeConfig(
-        model_dir=str(base_text), served_model_name="tiny-base", max_model_len=512,
+        model_dir=str(base_text),
+        served_model_name="tiny-base",
+        max_model_len=512,
         lora_modules=(("verilog", str(adapter)), ("base", str(serve.zero_adapter(adapter)))),
-        api_key_env="COOKBOOK_TEST_VLLM_KEY", startup_timeout_s=600)
-    owner = subprocess.Popen([sys.executable, "-c", _OWNER_CODE, json.dumps(dataclasses.asdict(config))],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             # Runtime adapter loading: the thinking run's adapter joins only when its test
-                             # runs (tests/evaluate/test_generators.py), so no other user trains that run.
-                             env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key,
-                                  "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+        api_key_env="COOKBOOK_TEST_VLLM_KEY",
+        startup_timeout_s=600,
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER_CODE, json.dumps(dataclasses.asdict(config))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        # Runtime adapter loading: the thinking run's adapter joins only when its test
+        # runs (tests/evaluate/test_generators.py), so no other user trains that run.
+        env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+    )
     line = owner.stdout.readline()
     if not line:
         owner.kill()
@@ -54,8 +61,15 @@ def start_lora_server() -> types.SimpleNamespace:
     info = json.loads(line)
     _STATE.update(owner=owner, pids=info["pids"])
     server = types.SimpleNamespace(
-        config=config, port=info["port"], pids=info["pids"], startup_s=info["startup_s"],
-        base_url=f"http://127.0.0.1:{info['port']}/v1", api_key=key, run_dir=run_dir, adapter_dir=adapter)
+        config=config,
+        port=info["port"],
+        pids=info["pids"],
+        startup_s=info["startup_s"],
+        base_url=f"http://127.0.0.1:{info['port']}/v1",
+        api_key=key,
+        run_dir=run_dir,
+        adapter_dir=adapter,
+    )
     server.client = lambda: OpenAI(base_url=server.base_url, api_key=key)
     return server
 

@@ -21,8 +21,14 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 # What every subcommand treats as the user's input being wrong, besides its own error types.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError,
-                                                NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+)
 
 
 def one_line(exc: BaseException) -> str:
@@ -73,8 +79,13 @@ def os_errors(command: str, code: int = 1) -> Callable:
     """Decorate a subcommand: an ``OSError`` on a file or disk that it did not answer itself
     prints ``cookbook COMMAND: what: path; fix`` on stderr and returns ``code``. One with neither
     a path nor a disk's errno (a refused connection) is not about the user's files: a traceback."""
-    return _answer(command, code, lambda e: os_error_line(e) if isinstance(e, OSError) and (
-        e.filename is not None or e.errno in _OS_FIXES) else None)
+    return _answer(
+        command,
+        code,
+        lambda e: (
+            os_error_line(e) if isinstance(e, OSError) and (e.filename is not None or e.errno in _OS_FIXES) else None
+        ),
+    )
 
 
 def user_errors(command: str, *errors: type[BaseException], code: int = 1) -> Callable:

@@ -267,14 +267,22 @@ def qwix_lora_grads_for_cpu() -> bool:
 
     delta.defvjp(fwd, bwd)
 
-    def _compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape,
-                            rank, precision=None):
-        simple = (not batch_shape and len(contract_shape) == 1 and len(remain_shape) == 1
-                  and tuple(lhs_ca) == (lhs.ndim - 1,) and lora_a.ndim == 2 and lora_b.ndim == 2)
+    def _compute_lora_delta(
+        lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank, precision=None
+    ):
+        simple = (
+            not batch_shape
+            and len(contract_shape) == 1
+            and len(remain_shape) == 1
+            and tuple(lhs_ca) == (lhs.ndim - 1,)
+            and lora_a.ndim == 2
+            and lora_b.ndim == 2
+        )
         if simple and not _LORA_GRADS_AS_QWIX[0] and jax.default_backend() == "cpu":
             return delta(lhs, lora_a, lora_b, precision)
-        return original(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank,
-                        precision=precision)
+        return original(
+            lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank, precision=precision
+        )
 
     _compute_lora_delta._cookbook_cpu_grads = True  # type: ignore[attr-defined]
     _compute_lora_delta.__wrapped__ = original  # type: ignore[attr-defined]
@@ -371,9 +379,11 @@ def _residual_routed_classes() -> tuple[type, type]:
 
         def __call__(self, inputs):
             if not isinstance(inputs, tuple):
-                raise TypeError("the residual-routed MoE expects (normed input, residual) from its layer's "
-                                "moe_pre_ffw_norm: Tunix's DecoderLayer.block no longer passes it straight "
-                                "through; see cookbook.core.tunix_moe_routes_on_residual")
+                raise TypeError(
+                    "the residual-routed MoE expects (normed input, residual) from its layer's "
+                    "moe_pre_ffw_norm: Tunix's DecoderLayer.block no longer passes it straight "
+                    "through; see cookbook.core.tunix_moe_routes_on_residual"
+                )
             x, residual = inputs
             # transformers' Gemma4TextRouter: RMS-normalise (no learned scale), x scale / sqrt(D).
             var = jnp.mean(jnp.square(residual.astype(jnp.float32)), axis=-1, keepdims=True)
@@ -408,35 +418,42 @@ def check() -> dict[str, bool]:
 
     block_src = inspect.getsource(gemma4_model.DecoderLayer.block)
     return {
-        "qwix._src.providers.lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, ...)":
-            list(inspect.signature(qwix_lora._compute_lora_delta).parameters)[:9] == [
-                "lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape", "remain_shape", "rank"],
-        "qwix._src.utils.flax_util.find_param and get_current_module":
-            callable(getattr(flax_util, "find_param", None)) and callable(getattr(flax_util, "get_current_module", None)),
+        "qwix._src.providers.lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, ...)": list(
+            inspect.signature(qwix_lora._compute_lora_delta).parameters
+        )[:9]
+        == ["lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape", "remain_shape", "rank"],
+        "qwix._src.utils.flax_util.find_param and get_current_module": callable(getattr(flax_util, "find_param", None))
+        and callable(getattr(flax_util, "get_current_module", None)),
         "tunix.sft.peft_trainer._default_loss_fn": callable(getattr(peft_trainer, "_default_loss_fn", None)),
         "jax DynamicJaxprTracer._origin_msg": callable(getattr(pe.DynamicJaxprTracer, "_origin_msg", None)),
         "tunix gemma4 model.shard": callable(getattr(gemma4_model, "shard", None)),
         "tunix sharding_utils.shard": callable(getattr(sharding_utils, "shard", None)),
         "jax.monitoring._scalar_listeners": isinstance(getattr(monitoring, "_scalar_listeners", None), list),
         "PeftTrainer._tqdm_train_metrics": hasattr(peft_trainer.PeftTrainer, TQDM_METRICS_ATTRIBUTE),
-        "qwix._src.providers.ptq.WithAux with a replaceable array":
-            hasattr(ptq.WithAux, "replace") and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
-        "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str":
-            all(n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")),
-        "qwix._src.core dot_general, einsum, QArray; PtqProvider._dot_general_fn / _einsum_fn":
-            callable(getattr(qdot, "dot_general", None)) and callable(getattr(qeinsum, "einsum", None))
-            and isinstance(getattr(qarray, "QArray", None), type)
-            and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
-        "PeftTrainer buffers _prev_buffered_train_metrics":
-            "_prev_buffered_train_metrics" in open(peft_trainer.__file__).read(),
-        "tunix gemma4 params_safetensors._get_key_and_transform_mapping and _make_preprocess_fn":
-            callable(getattr(params_safetensors, "_get_key_and_transform_mapping", None))
-            and callable(getattr(params_safetensors, "_make_preprocess_fn", None)),
-        "tunix gemma4 MoERagged._router, _run_ffw_and_routing, router_scale, router_logits, features":
-            all(callable(getattr(gemma4_moe.MoERagged, n, None)) for n in ("_router", "_run_ffw_and_routing"))
-            and all(f"self.{n}" in open(gemma4_moe.__file__).read()
-                    for n in ("router_scale", "router_logits", "features")),
-        "tunix gemma4 DecoderLayer.block passes moe_pre_ffw_norm(attn) straight to moe, once":
-            all(block_src.count(line) == 1 for line in _TUNIX_MOE_CALL)
-            and block_src.count("moe_pre_ffw_norm") == 1 and block_src.count("self.moe(") == 1,
+        "qwix._src.providers.ptq.WithAux with a replaceable array": hasattr(ptq.WithAux, "replace")
+        and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
+        "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str": all(
+            n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")
+        ),
+        "qwix._src.core dot_general, einsum, QArray; PtqProvider._dot_general_fn / _einsum_fn": callable(
+            getattr(qdot, "dot_general", None)
+        )
+        and callable(getattr(qeinsum, "einsum", None))
+        and isinstance(getattr(qarray, "QArray", None), type)
+        and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
+        "PeftTrainer buffers _prev_buffered_train_metrics": "_prev_buffered_train_metrics"
+        in open(peft_trainer.__file__).read(),
+        "tunix gemma4 params_safetensors._get_key_and_transform_mapping and _make_preprocess_fn": callable(
+            getattr(params_safetensors, "_get_key_and_transform_mapping", None)
+        )
+        and callable(getattr(params_safetensors, "_make_preprocess_fn", None)),
+        "tunix gemma4 MoERagged._router, _run_ffw_and_routing, router_scale, router_logits, features": all(
+            callable(getattr(gemma4_moe.MoERagged, n, None)) for n in ("_router", "_run_ffw_and_routing")
+        )
+        and all(f"self.{n}" in open(gemma4_moe.__file__).read() for n in ("router_scale", "router_logits", "features")),
+        "tunix gemma4 DecoderLayer.block passes moe_pre_ffw_norm(attn) straight to moe, once": all(
+            block_src.count(line) == 1 for line in _TUNIX_MOE_CALL
+        )
+        and block_src.count("moe_pre_ffw_norm") == 1
+        and block_src.count("self.moe(") == 1,
     }

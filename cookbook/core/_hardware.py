@@ -149,14 +149,11 @@ def cpu_slice(num_devices: int) -> SliceSpec:
     """This machine's (fake) CPU devices, described like a slice so the same code plans for it."""
     return SliceSpec(
         name=f"cpu-{num_devices}",
-        chip=ChipSpec(
-            name="cpu", device_kind="cpu", bf16_flops=0.0, hbm_bytes=0, hbm_bytes_per_s=0.0
-        ),
+        chip=ChipSpec(name="cpu", device_kind="cpu", bf16_flops=0.0, hbm_bytes=0, hbm_bytes_per_s=0.0),
         num_chips=num_devices,
         topology=f"cpu:{num_devices}",
         num_hosts=1,
     )
-
 
 
 def chip_of(device_kind: str) -> str | None:
@@ -199,11 +196,13 @@ def platform_of_slice(slice_name: str | SliceSpec) -> str:
 
 
 PLATFORMS: dict[str, Platform] = {
-    **{platform_of_slice(s): Platform(name=platform_of_slice(s), chip=s.chip, chips=s.num_chips,
-                                      description=f"TPU {s.name} ({s.num_chips} chips)")
-       for s in SLICES.values()},
-    "gpu-2xh100": Platform(name="gpu-2xh100", description="2 x H100 80GB (a3-highgpu-2g)",
-                           chip=CHIPS["h100"], chips=2),
+    **{
+        platform_of_slice(s): Platform(
+            name=platform_of_slice(s), chip=s.chip, chips=s.num_chips, description=f"TPU {s.name} ({s.num_chips} chips)"
+        )
+        for s in SLICES.values()
+    },
+    "gpu-2xh100": Platform(name="gpu-2xh100", description="2 x H100 80GB (a3-highgpu-2g)", chip=CHIPS["h100"], chips=2),
 }
 
 
@@ -230,14 +229,25 @@ _SOURCED: tuple[Price, ...] = (
     Price(platform="tpu-v6e-8", pricing="on_demand", usd_per_hour=21.52, as_of=PAPER_DATE, source=PAPER),
     Price(platform="gpu-2xh100", pricing="on_demand", usd_per_hour=22.12, as_of=PAPER_DATE, source=PAPER),
     # Cloud TPU bills per chip-hour, so a v6e-4 is half a v6e-8 (the layout search compares them).
-    Price(platform="tpu-v6e-4", pricing="on_demand", usd_per_hour=21.52 / 2, as_of=PAPER_DATE,
-          source=f"derived: {PAPER} tpu-v6e-8 price per chip-hour x 4 chips"),
+    Price(
+        platform="tpu-v6e-4",
+        pricing="on_demand",
+        usd_per_hour=21.52 / 2,
+        as_of=PAPER_DATE,
+        source=f"derived: {PAPER} tpu-v6e-8 price per chip-hour x 4 chips",
+    ),
 )
 # Every platform and pricing kind has a row: the sourced ones, the rest "unknown" (None).
 PRICES: tuple[Price, ...] = _SOURCED + tuple(
-    Price(platform=p, pricing=k, usd_per_hour=None, as_of="-",
-          source=_UNSOURCED_GPU if p.startswith("gpu") else _UNSOURCED_TPU)
-    for p in PLATFORMS for k in PRICING_KINDS
+    Price(
+        platform=p,
+        pricing=k,
+        usd_per_hour=None,
+        as_of="-",
+        source=_UNSOURCED_GPU if p.startswith("gpu") else _UNSOURCED_TPU,
+    )
+    for p in PLATFORMS
+    for k in PRICING_KINDS
     if not any(s.platform == p and s.pricing == k for s in _SOURCED)
 )
 
@@ -277,14 +287,14 @@ def price_table(overrides: Mapping[str, float] | None = None) -> list[Price]:
     for price in PRICES:
         key = f"{price.platform}:{price.pricing}"
         if key in overrides:
-            price = dataclasses.replace(price, usd_per_hour=float(overrides[key]),
-                                        as_of="user", source="given by the user")
+            price = dataclasses.replace(
+                price, usd_per_hour=float(overrides[key]), as_of="user", source="given by the user"
+            )
         table.append(price)
     return table
 
 
-def get_price(platform: str, pricing: str = "on_demand",
-              overrides: Mapping[str, float] | None = None) -> Price:
+def get_price(platform: str, pricing: str = "on_demand", overrides: Mapping[str, float] | None = None) -> Price:
     """The price of ``platform`` under ``pricing``; raises when it is unknown and not given."""
     for price in price_table(overrides):
         if price.platform == platform and price.pricing == pricing:

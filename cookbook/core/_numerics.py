@@ -52,8 +52,13 @@ class Float32Floor:
         return PARITY_FACTOR * self.mean_abs
 
     def as_dict(self) -> dict[str, float]:
-        return {"floor_max_abs": self.max_abs, "floor_mean_abs": self.mean_abs, "scale": self.scale,
-                "bound_max_abs": self.max_bound, "bound_mean_abs": self.mean_bound}
+        return {
+            "floor_max_abs": self.max_abs,
+            "floor_mean_abs": self.mean_abs,
+            "scale": self.scale,
+            "bound_max_abs": self.max_bound,
+            "bound_mean_abs": self.mean_bound,
+        }
 
 
 def float32_floor(ref32: Any, ref64: Any) -> Float32Floor:
@@ -67,8 +72,11 @@ def float32_floor(ref32: Any, ref64: Any) -> Float32Floor:
 
 def merge_floors(*floors: Float32Floor) -> Float32Floor:
     """The largest of several floors (several references checked against one bound)."""
-    return Float32Floor(max_abs=max(f.max_abs for f in floors), mean_abs=max(f.mean_abs for f in floors),
-                        scale=max(f.scale for f in floors))
+    return Float32Floor(
+        max_abs=max(f.max_abs for f in floors),
+        mean_abs=max(f.mean_abs for f in floors),
+        scale=max(f.scale for f in floors),
+    )
 
 
 def compare(candidate: Any, reference: Any, floor: Float32Floor) -> dict[str, Any]:
@@ -81,9 +89,13 @@ def compare(candidate: Any, reference: Any, floor: Float32Floor) -> dict[str, An
     if a.shape != b.shape:
         raise ValueError(f"candidate shape {a.shape} != reference shape {b.shape}")
     diff = np.abs(a - b)
-    out = {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
-           "bound_max_abs": floor.max_bound, "bound_mean_abs": floor.mean_bound,
-           "max_over_bound": float(diff.max()) / floor.max_bound if floor.max_bound else float("inf")}
+    out = {
+        "max_abs_diff": float(diff.max()),
+        "mean_abs_diff": float(diff.mean()),
+        "bound_max_abs": floor.max_bound,
+        "bound_mean_abs": floor.mean_bound,
+        "max_over_bound": float(diff.max()) / floor.max_bound if floor.max_bound else float("inf"),
+    }
     out["ok"] = bool(out["max_abs_diff"] <= floor.max_bound and out["mean_abs_diff"] <= floor.mean_bound)
     return out
 
@@ -97,7 +109,8 @@ def check_separated(control: dict[str, Any], name: str = "control") -> None:
         raise AssertionError(
             f"{name} differs by {control['max_abs_diff']:.3g}, only {control['max_over_bound']:.3g} x the bound "
             f"{control['bound_max_abs']:.3g}: the check cannot tell right from wrong here (needs "
-            f">= {CONTROL_SEPARATION:g} x). Use longer sequences or a control that changes the model more.")
+            f">= {CONTROL_SEPARATION:g} x). Use longer sequences or a control that changes the model more."
+        )
 
 
 def summation_bound(n_terms: int, sum_abs: float, dtype: Any = np.float32) -> float:

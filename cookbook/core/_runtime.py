@@ -164,8 +164,11 @@ def libtpu_first_load_quiet() -> Iterator[None]:
             os.close(saved)
             caught.seek(0)
             text = caught.read().decode(errors="replace")
-            kept = [line for line in text.splitlines(keepends=True)
-                    if not any(noise in line for noise in LIBTPU_NO_CHIPS_NOISE)]
+            kept = [
+                line
+                for line in text.splitlines(keepends=True)
+                if not any(noise in line for noise in LIBTPU_NO_CHIPS_NOISE)
+            ]
             if kept:
                 os.write(2, "".join(kept).encode())
 

@@ -59,49 +59,65 @@ class Side:
 # The paper's measured runs. Training token totals (9.2M / 9.4M, as its per-million
 # figures imply, to 0.1M) agree with tokens/s x hours to 0.3%; the two differ because
 # the runs used different chat templates and loss masks (REFERENCE.md weakness 6).
-PAPER_TPU = Side(name="TPU", train_platform="tpu-v5p-8", serve_platform="tpu-v6e-8",
-                 **core.PAPER_TRAINING_RUNS["tpu-v5p-8"], label="paper, measured: v5p-8 train, v6e-8 serve")
-PAPER_GPU = Side(name="GPU", train_platform="gpu-2xh100", serve_platform="gpu-2xh100",
-                 **core.PAPER_TRAINING_RUNS["gpu-2xh100"], label="paper, measured: 2 x H100 train and serve")
+PAPER_TPU = Side(
+    name="TPU",
+    train_platform="tpu-v5p-8",
+    serve_platform="tpu-v6e-8",
+    **core.PAPER_TRAINING_RUNS["tpu-v5p-8"],
+    label="paper, measured: v5p-8 train, v6e-8 serve",
+)
+PAPER_GPU = Side(
+    name="GPU",
+    train_platform="gpu-2xh100",
+    serve_platform="gpu-2xh100",
+    **core.PAPER_TRAINING_RUNS["gpu-2xh100"],
+    label="paper, measured: 2 x H100 train and serve",
+)
 
 
-def training_cost_usd(side: Side, pricing: str = "on_demand",
-                      overrides: Mapping[str, float] | None = None) -> float:
+def training_cost_usd(side: Side, pricing: str = "on_demand", overrides: Mapping[str, float] | None = None) -> float:
     """Training cost = training hours x the training machine's hourly price."""
     return side.train_hours * get_price(side.train_platform, pricing, overrides).usd_per_hour
 
 
-def serving_cost_usd(side: Side, hours: float | np.ndarray, pricing: str = "on_demand",
-                     overrides: Mapping[str, float] | None = None) -> float | np.ndarray:
+def serving_cost_usd(
+    side: Side, hours: float | np.ndarray, pricing: str = "on_demand", overrides: Mapping[str, float] | None = None
+) -> float | np.ndarray:
     """Serving cost of ``hours`` of traffic (at the reference throughput) on this side."""
     rate = get_price(side.serve_platform, pricing, overrides).usd_per_hour
     return np.asarray(hours, dtype=float) / side.serve_throughput_rel * rate
 
 
-def total_cost_usd(side: Side, serving_hours: float | np.ndarray, pricing: str = "on_demand",
-                   overrides: Mapping[str, float] | None = None) -> float | np.ndarray:
+def total_cost_usd(
+    side: Side,
+    serving_hours: float | np.ndarray,
+    pricing: str = "on_demand",
+    overrides: Mapping[str, float] | None = None,
+) -> float | np.ndarray:
     """Training once plus ``serving_hours`` of serving."""
-    return training_cost_usd(side, pricing, overrides) + serving_cost_usd(
-        side, serving_hours, pricing, overrides)
+    return training_cost_usd(side, pricing, overrides) + serving_cost_usd(side, serving_hours, pricing, overrides)
 
 
-def cost_per_million_tokens(side: Side, pricing: str = "on_demand",
-                            overrides: Mapping[str, float] | None = None) -> float:
+def cost_per_million_tokens(
+    side: Side, pricing: str = "on_demand", overrides: Mapping[str, float] | None = None
+) -> float:
     """Training dollars per million training tokens (needs ``train_tokens_millions``)."""
     if not side.train_tokens_millions:
         raise ValueError(f"{side.name}: train_tokens_millions is not set; cannot price per token")
     return training_cost_usd(side, pricing, overrides) / side.train_tokens_millions
 
 
-def break_even_hours(cheap: Side, other: Side, pricing: str = "on_demand",
-                     overrides: Mapping[str, float] | None = None) -> float | None:
+def break_even_hours(
+    cheap: Side, other: Side, pricing: str = "on_demand", overrides: Mapping[str, float] | None = None
+) -> float | None:
     """Serving hours after which ``other`` becomes the cheaper platform overall, or None.
 
     None means never: ``cheap`` is cheaper to train and no dearer per serving hour.
     """
     train_gap = training_cost_usd(other, pricing, overrides) - training_cost_usd(cheap, pricing, overrides)
-    rate_gap = float(serving_cost_usd(cheap, 1.0, pricing, overrides)
-                     - serving_cost_usd(other, 1.0, pricing, overrides))
+    rate_gap = float(
+        serving_cost_usd(cheap, 1.0, pricing, overrides) - serving_cost_usd(other, 1.0, pricing, overrides)
+    )
     if train_gap < 0:
         return 0.0
     if rate_gap <= 0:
@@ -128,15 +144,26 @@ class CostCurve:
         return float(np.interp(hours, self.hours, self.ratio))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hours": self.hours.tolist(), "tpu_usd": self.tpu_usd.tolist(),
-                "gpu_usd": self.gpu_usd.tolist(), "ratio": self.ratio.tolist(),
-                "pricing": self.pricing, "break_even_hours": self.break_even_hours,
-                "asymptotic_ratio": self.asymptotic_ratio}
+        return {
+            "hours": self.hours.tolist(),
+            "tpu_usd": self.tpu_usd.tolist(),
+            "gpu_usd": self.gpu_usd.tolist(),
+            "ratio": self.ratio.tolist(),
+            "pricing": self.pricing,
+            "break_even_hours": self.break_even_hours,
+            "asymptotic_ratio": self.asymptotic_ratio,
+        }
 
 
-def cost_curve(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *, max_hours: float = 168.0,
-               points: int = 673, pricing: str = "on_demand",
-               overrides: Mapping[str, float] | None = None) -> CostCurve:
+def cost_curve(
+    tpu: Side = PAPER_TPU,
+    gpu: Side = PAPER_GPU,
+    *,
+    max_hours: float = 168.0,
+    points: int = 673,
+    pricing: str = "on_demand",
+    overrides: Mapping[str, float] | None = None,
+) -> CostCurve:
     """Training + H hours of serving for H in [0, max_hours] on both sides."""
     hours = np.linspace(0.0, max_hours, points)
     tpu_rate = float(serving_cost_usd(tpu, 1.0, pricing, overrides))
@@ -151,22 +178,35 @@ def cost_curve(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *, max_hours: float
     )
 
 
-def comparison_table(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *,
-                     serving_hours: Sequence[float] = (1, 8, 24), pricing: str = "on_demand",
-                     overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
+def comparison_table(
+    tpu: Side = PAPER_TPU,
+    gpu: Side = PAPER_GPU,
+    *,
+    serving_hours: Sequence[float] = (1, 8, 24),
+    pricing: str = "on_demand",
+    overrides: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
     """The paper's cost table recomputed from its inputs (unrounded; round for display)."""
     t_cost = training_cost_usd(tpu, pricing, overrides)
     g_cost = training_cost_usd(gpu, pricing, overrides)
     table: dict[str, Any] = {
         "pricing": pricing,
-        "tpu": {"train_hours": tpu.train_hours, "train_tokens_per_s": tpu.train_tokens_per_s,
-                "train_usd": t_cost, "usd_per_million_tokens": cost_per_million_tokens(tpu, pricing, overrides),
-                "train_price_per_hour": get_price(tpu.train_platform, pricing, overrides).usd_per_hour,
-                "serve_price_per_hour": get_price(tpu.serve_platform, pricing, overrides).usd_per_hour},
-        "gpu": {"train_hours": gpu.train_hours, "train_tokens_per_s": gpu.train_tokens_per_s,
-                "train_usd": g_cost, "usd_per_million_tokens": cost_per_million_tokens(gpu, pricing, overrides),
-                "train_price_per_hour": get_price(gpu.train_platform, pricing, overrides).usd_per_hour,
-                "serve_price_per_hour": get_price(gpu.serve_platform, pricing, overrides).usd_per_hour},
+        "tpu": {
+            "train_hours": tpu.train_hours,
+            "train_tokens_per_s": tpu.train_tokens_per_s,
+            "train_usd": t_cost,
+            "usd_per_million_tokens": cost_per_million_tokens(tpu, pricing, overrides),
+            "train_price_per_hour": get_price(tpu.train_platform, pricing, overrides).usd_per_hour,
+            "serve_price_per_hour": get_price(tpu.serve_platform, pricing, overrides).usd_per_hour,
+        },
+        "gpu": {
+            "train_hours": gpu.train_hours,
+            "train_tokens_per_s": gpu.train_tokens_per_s,
+            "train_usd": g_cost,
+            "usd_per_million_tokens": cost_per_million_tokens(gpu, pricing, overrides),
+            "train_price_per_hour": get_price(gpu.train_platform, pricing, overrides).usd_per_hour,
+            "serve_price_per_hour": get_price(gpu.serve_platform, pricing, overrides).usd_per_hour,
+        },
         "speedup": gpu.train_hours / tpu.train_hours,
         "train_cost_ratio": g_cost / t_cost,
         "total_cost_ratio": {
@@ -179,9 +219,17 @@ def comparison_table(tpu: Side = PAPER_TPU, gpu: Side = PAPER_GPU, *,
 
 # --- the cookbook's predicted row -------------------------------------------------------
 
-def predict_training(plan: fit.PlanFigures | None, *, train_tokens_millions: float = PAPER_TPU.train_tokens_millions,
-                     mfu: float = fit.DEFAULT_MFU, real_token_fraction: float = 1.0, pricing: str = "on_demand",
-                     overrides: Mapping[str, float] | None = None, estimate: str | None = None) -> dict[str, Any]:
+
+def predict_training(
+    plan: fit.PlanFigures | None,
+    *,
+    train_tokens_millions: float = PAPER_TPU.train_tokens_millions,
+    mfu: float = fit.DEFAULT_MFU,
+    real_token_fraction: float = 1.0,
+    pricing: str = "on_demand",
+    overrides: Mapping[str, float] | None = None,
+    estimate: str | None = None,
+) -> dict[str, Any]:
     """This cookbook's predicted training row for the plan's slice: tokens/s, hours, dollars.
 
     Tokens/s is :func:`cookbook.fit.predicted_speed`: with ``estimate="compiler"`` (the
@@ -193,28 +241,50 @@ def predict_training(plan: fit.PlanFigures | None, *, train_tokens_millions: flo
     if plan is None:
         if not 0 < mfu <= 1 or not 0 < real_token_fraction <= 1:
             raise ValueError(f"mfu={mfu} and real_token_fraction={real_token_fraction} must lie in (0, 1]")
-        speed = {"tokens_per_s": PAPER_TPU.train_tokens_per_s, "platform": PAPER_TPU.train_platform,
-                 "basis": "paper's measured tokens/s (planner output not found)", "paper_implied_mfu": None,
-                 "assumptions": ["no planner output found: tokens/s is the paper's measured 763 (not a prediction)"]}
+        speed = {
+            "tokens_per_s": PAPER_TPU.train_tokens_per_s,
+            "platform": PAPER_TPU.train_platform,
+            "basis": "paper's measured tokens/s (planner output not found)",
+            "paper_implied_mfu": None,
+            "assumptions": ["no planner output found: tokens/s is the paper's measured 763 (not a prediction)"],
+        }
     else:
         estimate = estimate or ("compiler" if plan.compiler_step_s else "mfu")
-        speed = fit.predicted_speed(plan, mfu=mfu, real_token_fraction=real_token_fraction,
-                                    paper_tokens_per_s=PAPER_TPU.train_tokens_per_s, estimate=estimate)
+        speed = fit.predicted_speed(
+            plan,
+            mfu=mfu,
+            real_token_fraction=real_token_fraction,
+            paper_tokens_per_s=PAPER_TPU.train_tokens_per_s,
+            estimate=estimate,
+        )
     tps, platform, assumptions = speed["tokens_per_s"], speed["platform"], list(speed["assumptions"])
     hours = train_tokens_millions * 1e6 / tps / 3600
     price_obj = get_price(platform, pricing, overrides)
     price = price_obj.usd_per_hour
     assumptions.append(f"{train_tokens_millions:g}M training tokens (the paper's data set)")
     assumptions.append(f"{platform} {pricing} ${price:.2f}/h (as of {price_obj.as_of}: {price_obj.source})")
-    label = ("the TPU compiler's estimate, until run on a TPU" if speed.get("estimate") == "compiler"
-             else "predicted until run on a TPU")
-    return {"label": label, "estimate": speed.get("estimate"), "basis": speed["basis"], "platform": platform,
-            "tokens_per_s": float(tps), "train_hours": float(hours), "train_usd": float(hours * price),
-            "usd_per_million_tokens": float(hours * price / train_tokens_millions), "mfu_assumed": mfu,
-            "paper_implied_mfu": speed["paper_implied_mfu"], "assumptions": assumptions}
+    label = (
+        "the TPU compiler's estimate, until run on a TPU"
+        if speed.get("estimate") == "compiler"
+        else "predicted until run on a TPU"
+    )
+    return {
+        "label": label,
+        "estimate": speed.get("estimate"),
+        "basis": speed["basis"],
+        "platform": platform,
+        "tokens_per_s": float(tps),
+        "train_hours": float(hours),
+        "train_usd": float(hours * price),
+        "usd_per_million_tokens": float(hours * price / train_tokens_millions),
+        "mfu_assumed": mfu,
+        "paper_implied_mfu": speed["paper_implied_mfu"],
+        "assumptions": assumptions,
+    }
 
 
 # --- display ----------------------------------------------------------------------------
+
 
 def format_table(table: Mapping[str, Any], predicted: Mapping[str, Any] | None = None) -> str:
     """A Markdown table: the paper's two rows, the cookbook's predicted row, the ratios."""
@@ -231,10 +301,13 @@ def format_table(table: Mapping[str, Any], predicted: Mapping[str, Any] | None =
         lines.append(
             f"| {PLATFORMS[predicted['platform']].description} (cookbook, **{predicted['label']}**) | {predicted['train_hours']:.2f} | "
             f"{predicted['tokens_per_s']:.0f} | ${predicted['train_usd']:.2f} | "
-            f"${predicted['usd_per_million_tokens']:.2f} |")
+            f"${predicted['usd_per_million_tokens']:.2f} |"
+        )
     lines.append("")
-    lines.append(f"Training: TPU {table['speedup']:.2f}x faster, {table['train_cost_ratio']:.2f}x cheaper "
-                 f"({table['pricing']} prices).")
+    lines.append(
+        f"Training: TPU {table['speedup']:.2f}x faster, {table['train_cost_ratio']:.2f}x cheaper "
+        f"({table['pricing']} prices)."
+    )
     for h, r in sorted(table["total_cost_ratio"].items(), key=lambda kv: float(kv[0])):
         lines.append(f"Training + {float(h):g} h of serving: GPU / TPU cost = {r:.3f}x.")
     if predicted:
@@ -269,8 +342,9 @@ def plot_cost_curve(curve: CostCurve | Mapping[str, Any], marks: Sequence[float]
     ax[0].set_title(f"Training + serving ({c['pricing']} prices)")
     ax[1].plot(hours, ratio, color="C2")
     ax[1].axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax[1].axhline(c["asymptotic_ratio"], color="C2", lw=0.8, ls=":",
-                  label=f"serving-only limit {c['asymptotic_ratio']:.3f}x")
+    ax[1].axhline(
+        c["asymptotic_ratio"], color="C2", lw=0.8, ls=":", label=f"serving-only limit {c['asymptotic_ratio']:.3f}x"
+    )
     for h in marks:
         r = float(np.interp(h, hours, ratio))
         ax[1].plot([h], [r], "o", color="C3")
@@ -286,24 +360,46 @@ def plot_cost_curve(curve: CostCurve | Mapping[str, Any], marks: Sequence[float]
 
 # --- CLI --------------------------------------------------------------------------------
 
+
 def register_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "cost", help="training + serving cost, TPU against the GPU baseline",
+        "cost",
+        help="training + serving cost, TPU against the GPU baseline",
         description="Recompute the paper's cost table from its inputs, add the cookbook's predicted "
-                    "31B row from the planner, and show the cost ratio over hours of serving.")
-    p.add_argument("--pricing", default="on_demand", choices=PRICING_KINDS,
-                   help="which price list to use (non on-demand prices need --price)")
-    p.add_argument("--price", action="append", default=[], metavar="PLATFORM[:PRICING]=USD",
-                   help=f"override a price, e.g. tpu-v5p-8=14.0 (platforms: {', '.join(PLATFORMS)})")
-    p.add_argument("--serving-hours", type=float, nargs="+", default=[1, 8, 24],
-                   help="hours of serving to tabulate (default: 1 8 24)")
+        "31B row from the planner, and show the cost ratio over hours of serving.",
+    )
+    p.add_argument(
+        "--pricing",
+        default="on_demand",
+        choices=PRICING_KINDS,
+        help="which price list to use (non on-demand prices need --price)",
+    )
+    p.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="PLATFORM[:PRICING]=USD",
+        help=f"override a price, e.g. tpu-v5p-8=14.0 (platforms: {', '.join(PLATFORMS)})",
+    )
+    p.add_argument(
+        "--serving-hours",
+        type=float,
+        nargs="+",
+        default=[1, 8, 24],
+        help="hours of serving to tabulate (default: 1 8 24)",
+    )
     p.add_argument("--max-hours", type=float, default=168.0, help="end of the cost curve")
-    p.add_argument("--plan", type=Path, default=None,
-                   help="planner JSON for the predicted row (default: the committed 31B plans)")
+    p.add_argument(
+        "--plan", type=Path, default=None, help="planner JSON for the predicted row (default: the committed 31B plans)"
+    )
     p.add_argument("--mfu", type=float, default=fit.DEFAULT_MFU, help="assumed MFU for the predicted row")
-    p.add_argument("--estimate", choices=fit.ESTIMATES, default=None,
-                   help="what sets the predicted step time: the TPU compiler's estimate (default where the plan "
-                        "has one) or FLOPs at --mfu")
+    p.add_argument(
+        "--estimate",
+        choices=fit.ESTIMATES,
+        default=None,
+        help="what sets the predicted step time: the TPU compiler's estimate (default where the plan "
+        "has one) or FLOPs at --mfu",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="also draw the cost curve to this PNG")
     p.set_defaults(func=_cli)
@@ -313,18 +409,27 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
 def _cli(args: argparse.Namespace) -> int:
     negative = [h for h in [*args.serving_hours, args.max_hours] if h < 0]
     if negative:
-        raise ValueError(f"hours of serving must not be negative (got {negative[0]:g}): "
-                         "pass --serving-hours and --max-hours of 0 or more")
+        raise ValueError(
+            f"hours of serving must not be negative (got {negative[0]:g}): "
+            "pass --serving-hours and --max-hours of 0 or more"
+        )
     if not 0 < args.mfu <= 1:
         raise ValueError(f"--mfu {args.mfu:g}: a fraction of peak, 0 < MFU <= 1 (e.g. 0.4)")
     if args.plan is not None and not args.plan.is_file():  # else the paper's speed would be used silently
-        raise FileNotFoundError(f"--plan {args.plan}: no such file; pass what `cookbook plan --json` wrote, "
-                                "or leave --plan out for the committed 31B plans")
+        raise FileNotFoundError(
+            f"--plan {args.plan}: no such file; pass what `cookbook plan --json` wrote, "
+            "or leave --plan out for the committed 31B plans"
+        )
     overrides = parse_price_overrides(args.price)
     table = comparison_table(serving_hours=args.serving_hours, pricing=args.pricing, overrides=overrides)
     curve = cost_curve(max_hours=args.max_hours, pricing=args.pricing, overrides=overrides)
-    predicted = predict_training(fit.load_plan_figures(args.plan), mfu=args.mfu, pricing=args.pricing,
-                                 overrides=overrides, estimate=args.estimate)
+    predicted = predict_training(
+        fit.load_plan_figures(args.plan),
+        mfu=args.mfu,
+        pricing=args.pricing,
+        overrides=overrides,
+        estimate=args.estimate,
+    )
     print(format_prices(overrides))
     print()
     print(format_table(table, predicted))
@@ -335,8 +440,9 @@ def _cli(args: argparse.Namespace) -> int:
         print(f"\nBreak-even: after {be:.1f} h of serving the GPU path is cheaper")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"table": table, "predicted": predicted, "curve": curve.to_dict()},
-                                        indent=2, default=float))
+        args.json.write_text(
+            json.dumps({"table": table, "predicted": predicted, "curve": curve.to_dict()}, indent=2, default=float)
+        )
         print(f"wrote {args.json}")
     if args.plot:
         import matplotlib

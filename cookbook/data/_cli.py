@@ -25,25 +25,44 @@ OPEN, CLOSE = "[[", "]]"  # how the text view marks what the loss covers
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "data", help="check a data file: rows kept and dropped, lengths, rendered rows with the trained spans",
+        "data",
+        help="check a data file: rows kept and dropped, lengths, rendered rows with the trained spans",
         description="Read a data file as `cookbook train` would, with the preset's Gemma 4 chat template: "
-                    "report every dropped or truncated row with its reason, the token-length distribution "
-                    f"and the too-long policy, and show rows with the spans the loss covers between {OPEN} "
-                    f"and {CLOSE}. Exit status 1 when training would refuse the data.")
+        "report every dropped or truncated row with its reason, the token-length distribution "
+        f"and the too-long policy, and show rows with the spans the loss covers between {OPEN} "
+        f"and {CLOSE}. Exit status 1 when training would refuse the data.",
+    )
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file of rows")
-    p.add_argument("--format", dest="data_format", default="auto", choices=list(FORMATS),
-                   help="the rows' layout (default: auto, per row). " +
-                        "; ".join(f"{k}: {v}" for k, v in FORMATS.items() if k != "auto"))
-    p.add_argument("--columns", default=None, metavar="system=COL,prompt=COL,response=COL",
-                   help="with --format columns: which columns hold the system prompt, prompt and response")
+    p.add_argument(
+        "--format",
+        dest="data_format",
+        default="auto",
+        choices=list(FORMATS),
+        help="the rows' layout (default: auto, per row). "
+        + "; ".join(f"{k}: {v}" for k, v in FORMATS.items() if k != "auto"),
+    )
+    p.add_argument(
+        "--columns",
+        default=None,
+        metavar="system=COL,prompt=COL,response=COL",
+        help="with --format columns: which columns hold the system prompt, prompt and response",
+    )
     p.add_argument("--preset", default="tiny", help="model preset whose tokenizer renders the rows")
     p.add_argument("--base", default=None, help="take the tokenizer from this checkpoint directory instead")
-    p.add_argument("--seq-len", type=int, default=None,
-                   help="tokens per row (default: the preset's training layout, the planner's recommended one "
-                        f"for a real preset, {DataConfig.seq_len} for the random CPU presets)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="tokens per row (default: the preset's training layout, the planner's recommended one "
+        f"for a real preset, {DataConfig.seq_len} for the random CPU presets)",
+    )
     p.add_argument("--too-long", choices=("drop", "truncate"), default="drop", help="what happens to longer rows")
-    p.add_argument("--max-bad-fraction", type=float, default=DataConfig.max_bad_fraction,
-                   help="training refuses the data when more rows than this fraction are dropped")
+    p.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=DataConfig.max_bad_fraction,
+        help="training refuses the data when more rows than this fraction are dropped",
+    )
     p.add_argument("--show", type=int, default=3, metavar="N", help="rows to render (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=_cli)
@@ -72,20 +91,33 @@ def inspect(source: Any, tokenizer, config: DataConfig, show: int = 3) -> dict[s
     except DataError as e:
         return {"error": core.one_line(e), "report": None, "rows": []}
     shown = []
-    for ex in examples[:max(show, 0)]:
+    for ex in examples[: max(show, 0)]:
         text = render(tokenizer, to_conversation(raw_rows[ex.row - 1], config.data_format, config.columns))
-        shown.append({"row": ex.row, "text": text, "trained_spans": [list(s) for s in trained_spans(text)],
-                      "num_tokens": int(len(ex.token_ids)), "num_trained_tokens": int(ex.loss_mask.sum())})
+        shown.append(
+            {
+                "row": ex.row,
+                "text": text,
+                "trained_spans": [list(s) for s in trained_spans(text)],
+                "num_tokens": int(len(ex.token_ids)),
+                "num_trained_tokens": int(ex.loss_mask.sum()),
+            }
+        )
     pct = report.length_percentiles()
     return {
         "report": {
-            "num_rows": report.num_rows, "num_kept": report.num_kept, "num_dropped": report.num_dropped,
-            "num_truncated": report.num_truncated, "num_tokens": report.num_tokens,
-            "num_trained_tokens": report.num_loss_tokens, "seq_len": config.seq_len, "too_long": config.too_long,
+            "num_rows": report.num_rows,
+            "num_kept": report.num_kept,
+            "num_dropped": report.num_dropped,
+            "num_truncated": report.num_truncated,
+            "num_tokens": report.num_tokens,
+            "num_trained_tokens": report.num_loss_tokens,
+            "seq_len": config.seq_len,
+            "too_long": config.too_long,
             "num_over_seq_len": report.num_over,
             "length_percentiles": {("max" if q == 100 else f"p{q}"): n for q, n in pct.items()},
             "problems": [dataclasses.asdict(p) for p in report.problems],
-            "bad_fraction": report.bad_fraction, "max_bad_fraction": config.max_bad_fraction,
+            "bad_fraction": report.bad_fraction,
+            "max_bad_fraction": config.max_bad_fraction,
             "trainable": report.bad_fraction <= config.max_bad_fraction,
         },
         "summary": report.summary(max_listed=20),
@@ -104,8 +136,12 @@ def plot_lengths(report, ax=None):
         ax.axvline(n, color="grey", ls=":", lw=1)
         ax.text(n, ax.get_ylim()[1] * 0.9, f" p{q}", color="grey", fontsize=8)
     if report.seq_len:
-        ax.axvline(report.seq_len, color="tab:red", lw=1.5, label=f"seq_len={report.seq_len}: "
-                   f"{report.num_over} rows over ({report.too_long})")
+        ax.axvline(
+            report.seq_len,
+            color="tab:red",
+            lw=1.5,
+            label=f"seq_len={report.seq_len}: {report.num_over} rows over ({report.too_long})",
+        )
         ax.legend(loc="upper right", fontsize=8)
     ax.set_xlabel("tokens per rendered row")
     ax.set_ylabel("rows")
@@ -127,12 +163,17 @@ def _cli(args: argparse.Namespace) -> int:
 
     if args.show < 0:
         raise ValueError(f"--show {args.show}: pass 0 or more rows to render")
-    config = DataConfig(seq_len=args.seq_len or default_seq_len(args.preset), too_long=args.too_long,
-                        max_bad_fraction=args.max_bad_fraction, data_format=args.data_format,
-                        columns=args.columns)
+    config = DataConfig(
+        seq_len=args.seq_len or default_seq_len(args.preset),
+        too_long=args.too_long,
+        max_bad_fraction=args.max_bad_fraction,
+        data_format=args.data_format,
+        columns=args.columns,
+    )
     if not Path(args.data).is_file():  # before the tokenizer loads: a typo should cost nothing
-        raise FileNotFoundError(f"--data {args.data}: the file does not exist; pass a .jsonl, .json or "
-                                ".parquet file of rows")
+        raise FileNotFoundError(
+            f"--data {args.data}: the file does not exist; pass a .jsonl, .json or .parquet file of rows"
+        )
     tokenizer = load_tokenizer(args.preset, base_dir=args.base)
     result = inspect(args.data, tokenizer, config, show=args.show)
     if args.json:
@@ -142,14 +183,19 @@ def _cli(args: argparse.Namespace) -> int:
     else:
         print(result["summary"])
         for r in result["rows"]:
-            print(f"\n--- row {r['row']}: {r['num_tokens']} tokens, {r['num_trained_tokens']} trained "
-                  f"(between {OPEN} and {CLOSE}) ---")
+            print(
+                f"\n--- row {r['row']}: {r['num_tokens']} tokens, {r['num_trained_tokens']} trained "
+                f"(between {OPEN} and {CLOSE}) ---"
+            )
             print(marked(r["text"], r["trained_spans"]))
     report = result["report"]
     if report is None or not report["trainable"]:
         if report is not None and not args.json:
-            print(f"\ncookbook data: {report['num_dropped']} of {report['num_rows']} rows are dropped "
-                  f"({report['bad_fraction']:.1%}), over --max-bad-fraction {args.max_bad_fraction:.1%}: "
-                  "`cookbook train` would refuse this data; fix the rows listed above", file=sys.stderr)
+            print(
+                f"\ncookbook data: {report['num_dropped']} of {report['num_rows']} rows are dropped "
+                f"({report['bad_fraction']:.1%}), over --max-bad-fraction {args.max_bad_fraction:.1%}: "
+                "`cookbook train` would refuse this data; fix the rows listed above",
+                file=sys.stderr,
+            )
         return 1
     return 0

@@ -54,8 +54,7 @@ class DataConfig:
     columns: dict[str, str] | str | None = None
 
     def __hash__(self) -> int:  # frozen, but ``columns`` is a dict: hash its items
-        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
-                          for v in dataclasses.astuple(self)))
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in dataclasses.astuple(self)))
 
     def __post_init__(self) -> None:
         from cookbook.data._formats import check_format, parse_columns

@@ -28,8 +28,14 @@ FORMATS: dict[str, str] = {
 }
 COLUMN_ROLES = ("system", "prompt", "response")
 CODEV_R1_COLUMNS = {"system": "system", "prompt": "prompt", "response": "response"}
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "model": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "system": "system",
+}
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -52,8 +58,9 @@ def parse_columns(spec: str | Mapping[str, str] | None) -> dict[str, str] | None
         for part in str(spec).split(","):
             key, sep, column = part.partition("=")
             if not sep or not key.strip() or not column.strip():
-                raise ValueError(f"--columns {spec!r}: write ROLE=COLUMN pairs, e.g. "
-                                 "system=system,prompt=prompt,response=response")
+                raise ValueError(
+                    f"--columns {spec!r}: write ROLE=COLUMN pairs, e.g. system=system,prompt=prompt,response=response"
+                )
             pairs[key.strip()] = column.strip()
     unknown = sorted(set(pairs) - set(COLUMN_ROLES))
     if unknown:
@@ -71,8 +78,9 @@ def check_format(data_format: str, columns: Mapping[str, str] | None) -> None:
     if columns and data_format not in ("columns", "auto"):
         raise ValueError(f"columns are for the 'columns' format, not {data_format!r}")
     if data_format == "columns" and not columns:
-        raise ValueError("the 'columns' format needs a mapping, e.g. "
-                         "columns=system=system,prompt=prompt,response=response")
+        raise ValueError(
+            "the 'columns' format needs a mapping, e.g. columns=system=system,prompt=prompt,response=response"
+        )
 
 
 def detect_format(row: Mapping[str, Any]) -> str:
@@ -102,7 +110,7 @@ def split_think(text: str) -> tuple[str | None, str]:
     """
     stripped = text.lstrip()
     if stripped.startswith(THINK_OPEN):
-        body = stripped[len(THINK_OPEN):]
+        body = stripped[len(THINK_OPEN) :]
         if THINK_CLOSE not in body:
             raise FormatError(f"the answer opens {THINK_OPEN} but never closes it with {THINK_CLOSE}")
         thought, _, answer = body.partition(THINK_CLOSE)
@@ -141,8 +149,9 @@ def _alpaca_messages(row: Mapping[str, Any]) -> list[dict]:
     extra = row.get("input")
     if extra not in (None, ""):
         prompt = f"{prompt}\n\n{_text(row, 'input', 'input')}"
-    return _columns_messages({**row, "_prompt": prompt}, {"system": "system", "prompt": "_prompt",
-                                                          "response": "output"})
+    return _columns_messages(
+        {**row, "_prompt": prompt}, {"system": "system", "prompt": "_prompt", "response": "output"}
+    )
 
 
 def _sharegpt_messages(row: Mapping[str, Any]) -> list[dict]:
@@ -157,8 +166,9 @@ def _sharegpt_messages(row: Mapping[str, Any]) -> list[dict]:
             raise FormatError(f"conversations[{i}] must be an object with 'from' and 'value'")
         role = SHAREGPT_ROLES.get(str(turn["from"]).lower())
         if role is None:
-            raise FormatError(f"conversations[{i}] is from {turn['from']!r}; ShareGPT roles are "
-                              f"{', '.join(SHAREGPT_ROLES)}")
+            raise FormatError(
+                f"conversations[{i}] is from {turn['from']!r}; ShareGPT roles are {', '.join(SHAREGPT_ROLES)}"
+            )
         messages.append({"role": role, "content": turn["value"]})
     return messages
 
@@ -178,8 +188,7 @@ def _prompt_completion_messages(row: Mapping[str, Any]) -> list:
     )
 
 
-def raw_conversation(row: Any, data_format: str = "auto",
-                     columns: Mapping[str, str] | None = None) -> tuple[list, Any]:
+def raw_conversation(row: Any, data_format: str = "auto", columns: Mapping[str, str] | None = None) -> tuple[list, Any]:
     """A row's raw ``messages`` and ``tools`` (unchecked) in the OpenAI/TRL form."""
     if not isinstance(row, Mapping):
         raise FormatError(f"expected a JSON object, got {type(row).__name__}")

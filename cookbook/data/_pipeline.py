@@ -162,8 +162,7 @@ class TrainIterator(Iterator[dict]):
         self.step += 1
         if self._mesh is None:
             return batch
-        return shard_batch(batch, self._mesh, self._config.data_axis,
-                           global_rows=self._config.process_split == "rows")
+        return shard_batch(batch, self._mesh, self._config.data_axis, global_rows=self._config.process_split == "rows")
 
     def close(self) -> None:
         """Stop Grain's prefetch thread (also done at interpreter exit)."""
@@ -183,14 +182,19 @@ class TrainIterator(Iterator[dict]):
 def check_process_split(config: DataConfig, num_examples: int, process_count: int) -> None:
     """Refuse, before any step, data that cannot be split over ``process_count`` processes."""
     if config.batch_size % process_count:
-        raise DataError(f"batch_size={config.batch_size} does not divide over {process_count} JAX processes; "
-                        f"use a multiple of {process_count}")
+        raise DataError(
+            f"batch_size={config.batch_size} does not divide over {process_count} JAX processes; "
+            f"use a multiple of {process_count}"
+        )
     if num_examples < process_count:
-        raise DataError(f"{num_examples} usable rows for {process_count} JAX processes: every process needs at "
-                        "least one; give more data or fewer processes")
+        raise DataError(
+            f"{num_examples} usable rows for {process_count} JAX processes: every process needs at "
+            "least one; give more data or fewer processes"
+        )
     if config.process_split == "records" and num_examples // process_count < 1:
-        raise DataError(f"process_split='records' leaves a process without rows ({num_examples} rows, "
-                        f"{process_count} processes)")
+        raise DataError(
+            f"process_split='records' leaves a process without rows ({num_examples} rows, {process_count} processes)"
+        )
 
 
 def process_rows(batch_size: int, mesh, data_axis: str = "fsdp") -> slice:
@@ -203,8 +207,10 @@ def process_rows(batch_size: int, mesh, data_axis: str = "fsdp") -> slice:
     start, stop = min(a for a, _ in spans), max(b for _, b in spans)
     covered = sum(b - a for a, b in spans)
     if covered != stop - start and len(spans) > 1 and jax.process_count() > 1:
-        raise ValueError(f"this process's devices hold non-contiguous rows {sorted(spans)} of the batch: build the "
-                         "mesh from jax.devices() in order (cookbook.mesh.make_mesh does)")
+        raise ValueError(
+            f"this process's devices hold non-contiguous rows {sorted(spans)} of the batch: build the "
+            "mesh from jax.devices() in order (cookbook.mesh.make_mesh does)"
+        )
     return slice(start, stop)
 
 
@@ -363,9 +369,15 @@ def packing_efficiency(examples: Sequence[Example], *, seq_len: int, batch_size:
 
     longest = max(len(e.token_ids) for e in examples)
     padded, packed = epoch(False, seq_len), epoch(True, seq_len)
-    return {"seq_len": seq_len, "longest": longest, "padded": padded, "packed": packed,
-            "real_fraction_padded": real_token_fraction(padded), "real_fraction_packed": real_token_fraction(packed),
-            "real_fraction_padded_to_longest": real_token_fraction(epoch(False, longest))}
+    return {
+        "seq_len": seq_len,
+        "longest": longest,
+        "padded": padded,
+        "packed": packed,
+        "real_fraction_padded": real_token_fraction(padded),
+        "real_fraction_packed": real_token_fraction(packed),
+        "real_fraction_padded_to_longest": real_token_fraction(epoch(False, longest)),
+    }
 
 
 def plot_batch_layout(padded: dict, packed: dict):
@@ -373,9 +385,15 @@ def plot_batch_layout(padded: dict, packed: dict):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 2.6), sharey=True)
-    for ax, (title, b, key) in zip(axes, [("padded: segment ids", padded, "segment_ids"),
-                                          ("packed: segment ids", packed, "segment_ids"),
-                                          ("packed: positions", packed, "positions")], strict=True):
+    for ax, (title, b, key) in zip(
+        axes,
+        [
+            ("padded: segment ids", padded, "segment_ids"),
+            ("packed: segment ids", packed, "segment_ids"),
+            ("packed: positions", packed, "positions"),
+        ],
+        strict=True,
+    ):
         ax.imshow(b[key], aspect="auto", interpolation="nearest", cmap="viridis")
         ax.set_title(title)
         ax.set_xlabel("token")

@@ -19,8 +19,19 @@ from cookbook.data._formats import FormatError, raw_conversation, split_think
 ANSWER_ROLES = ("assistant", "model")
 KNOWN_ROLES = ("system", "developer", "user", *ANSWER_ROLES, "tool")
 # Gemma 4's control tokens: text holding one would be read as turn structure, not text.
-CONTROL_TOKENS = ("<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
-                  "<|tool_response>", "<tool_response|>", "<|tool>", "<tool|>", "<|think|>")
+CONTROL_TOKENS = (
+    "<|turn>",
+    "<turn|>",
+    "<|channel>",
+    "<channel|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    "<|tool_response>",
+    "<tool_response|>",
+    "<|tool>",
+    "<tool|>",
+    "<|think|>",
+)
 
 
 class DataError(ValueError):
@@ -72,8 +83,14 @@ class DataReport:
         dist = ", ".join(f"p{q} {n}" if q < 100 else f"max {n}" for q, n in pct.items())
         over = self.num_over
         what = "dropped" if self.too_long == "drop" else "truncated (or dropped if no answer token is left)"
-        tail = (f"{over} of {len(self.lengths)} rows ({over / len(self.lengths):.1%}) are over "
-                f"seq_len={self.seq_len}: {what}") if over else f"none over seq_len={self.seq_len}"
+        tail = (
+            (
+                f"{over} of {len(self.lengths)} rows ({over / len(self.lengths):.1%}) are over "
+                f"seq_len={self.seq_len}: {what}"
+            )
+            if over
+            else f"none over seq_len={self.seq_len}"
+        )
         return f"lengths (tokens): {dist}; {tail}"
 
     @property
@@ -179,8 +196,9 @@ class Conversation:
         return {"tools": self.tools, "enable_thinking": self.thinking}
 
 
-def to_conversation(row: Any, data_format: str = "auto", columns: dict[str, str] | None = None,
-                    *, require_answer: bool = True) -> Conversation:
+def to_conversation(
+    row: Any, data_format: str = "auto", columns: dict[str, str] | None = None, *, require_answer: bool = True
+) -> Conversation:
     """Read one row in any layout of :data:`cookbook.data.FORMATS` and check it.
 
     Raises :class:`RowError` with the reason when the row cannot be trained on: an unknown
@@ -212,8 +230,9 @@ def to_conversation(row: Any, data_format: str = "auto", columns: dict[str, str]
         role = "assistant" if role == "model" else "system" if role == "developer" else role
         if role == "tool":
             if open_calls is None:
-                raise RowError(f"message {i} (tool) answers no tool call: it must follow an "
-                               "assistant turn with 'tool_calls'")
+                raise RowError(
+                    f"message {i} (tool) answers no tool call: it must follow an assistant turn with 'tool_calls'"
+                )
             out.append(_check_tool_response(i, m, open_calls, answered))
             answered += 1
             continue
@@ -232,8 +251,7 @@ def to_conversation(row: Any, data_format: str = "auto", columns: dict[str, str]
     return Conversation(out, tools)
 
 
-def to_messages(row: Any, data_format: str = "auto",
-                columns: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def to_messages(row: Any, data_format: str = "auto", columns: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The checked ``messages`` of one row (:func:`to_conversation` without the tools)."""
     return to_conversation(row, data_format, columns).messages
 
@@ -243,8 +261,10 @@ def _check_text(i: int, role: str, what: str, text: str) -> None:
         raise RowError(f"message {i} ({role}) {what} holds undecodable (non-UTF-8) text")
     for token in CONTROL_TOKENS:
         if token in text:
-            raise RowError(f"message {i} ({role}) {what} holds Gemma 4's control token {token!r}, "
-                           "which would break the turn structure; remove or escape it")
+            raise RowError(
+                f"message {i} ({role}) {what} holds Gemma 4's control token {token!r}, "
+                "which would break the turn structure; remove or escape it"
+            )
 
 
 def _check_turn(i: int, role: str, m: dict, declared: set[str] | None) -> dict[str, Any]:
@@ -290,11 +310,11 @@ def _check_call(i: int, j: int, call: Any, declared: set[str] | None) -> dict[st
     function = call.get("function", call)  # flat {"name", "arguments"} as some sets write it
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name.strip():
-        raise RowError(f"{where} has no function name (expected {{'function': {{'name': ..., "
-                       "'arguments': {...}}}})")
+        raise RowError(
+            f"{where} has no function name (expected {{'function': {{'name': ..., 'arguments': {{...}}}}}}}})"
+        )
     if declared is not None and name not in declared:
-        raise RowError(f"{where} calls {name!r}, which the row's tools do not declare "
-                       f"({', '.join(sorted(declared))})")
+        raise RowError(f"{where} calls {name!r}, which the row's tools do not declare ({', '.join(sorted(declared))})")
     args = function.get("arguments")
     if isinstance(args, str):  # OpenAI writes arguments as JSON text; the template needs an object
         try:
@@ -312,12 +332,13 @@ def _check_call(i: int, j: int, call: Any, declared: set[str] | None) -> dict[st
 
 def _check_tool_response(i: int, m: dict, calls: list[dict], answered: int) -> dict[str, Any]:
     if answered >= len(calls):
-        raise RowError(f"message {i} (tool) answers no tool call: the assistant turn made "
-                       f"{len(calls)} call(s), and this is response {answered + 1}")
+        raise RowError(
+            f"message {i} (tool) answers no tool call: the assistant turn made "
+            f"{len(calls)} call(s), and this is response {answered + 1}"
+        )
     content = m.get("content")
     if not isinstance(content, str | dict | list):
-        raise RowError(f"message {i} (tool) 'content' must be a string or a JSON value, got "
-                       f"{type(content).__name__}")
+        raise RowError(f"message {i} (tool) 'content' must be a string or a JSON value, got {type(content).__name__}")
     if not isinstance(content, str):  # the released template iterates a dict's keys: send JSON text
         content = json.dumps(content, ensure_ascii=False)
     _check_text(i, "tool", "content", content)
@@ -326,8 +347,10 @@ def _check_tool_response(i: int, m: dict, calls: list[dict], answered: int) -> d
     ids = [c.get("id") for c in calls]
     if call_id is not None:
         if str(call_id) not in ids:
-            raise RowError(f"message {i} (tool) answers tool_call_id {call_id!r}, which no call "
-                           f"of the assistant turn has (ids: {ids})")
+            raise RowError(
+                f"message {i} (tool) answers tool_call_id {call_id!r}, which no call "
+                f"of the assistant turn has (ids: {ids})"
+            )
         msg["tool_call_id"] = str(call_id)
         name = next(c["function"]["name"] for c in calls if c.get("id") == str(call_id))
     elif name is not None and name not in {c["function"]["name"] for c in calls}:
@@ -345,7 +368,9 @@ def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
     for k, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise RowError(f"tools[{k}] is not a function declaration ({{'type': 'function', "
-                           "'function': {'name': ..., 'description': ..., 'parameters': {...}}})")
+            raise RowError(
+                f"tools[{k}] is not a function declaration ({{'type': 'function', "
+                "'function': {'name': ..., 'description': ..., 'parameters': {...}}})"
+            )
         out.append({"type": "function", "function": function})
     return out

@@ -83,11 +83,7 @@ OPERATIONS: dict[str, str] = {
 WIDTHS: tuple[int, ...] = (2, 4, 8, 12, 16, 24, 32, 64)
 
 PROMPT_TEMPLATE = "Write a Verilog module named {name} that {verb} two {width}-bit inputs."
-ANSWER_TEMPLATE = (
-    "module {name}(input [{msb}:0] a, b, output [{msb}:0] y);\n"
-    "  assign y = a {op} b;\n"
-    "endmodule"
-)
+ANSWER_TEMPLATE = "module {name}(input [{msb}:0] a, b, output [{msb}:0] y);\n  assign y = a {op} b;\nendmodule"
 
 # The thinking variant's thought: the width and the operation, spelled out before the module.
 THOUGHT_TEMPLATE = "{name}: {width}-bit {noun}, so [{msb}:0] and y = a {op} b."
@@ -137,8 +133,10 @@ def make_row(name: str, verb: str, width: int, *, thinking: bool = False) -> dic
     if width < 1:
         raise ValueError(f"width must be >= 1 bit, got {width}")
     prompt = PROMPT_TEMPLATE.format(name=name, verb=verb, width=width)
-    answer: dict[str, Any] = {"role": "assistant", "content": ANSWER_TEMPLATE.format(
-        name=name, msb=width - 1, op=OPERATIONS[verb])}
+    answer: dict[str, Any] = {
+        "role": "assistant",
+        "content": ANSWER_TEMPLATE.format(name=name, msb=width - 1, op=OPERATIONS[verb]),
+    }
     if thinking:
         answer["reasoning_content"] = thought_for(name, verb, width)
     return {"messages": [{"role": "user", "content": prompt}, answer]}
@@ -146,12 +144,12 @@ def make_row(name: str, verb: str, width: int, *, thinking: bool = False) -> dic
 
 def thought_for(name: str, verb: str, width: int) -> str:
     """The thinking variant's thought for a module's spec (one sentence)."""
-    return THOUGHT_TEMPLATE.format(name=name, width=width, msb=width - 1, noun=OPERATION_NOUNS[verb],
-                                   op=OPERATIONS[verb])
+    return THOUGHT_TEMPLATE.format(
+        name=name, width=width, msb=width - 1, noun=OPERATION_NOUNS[verb], op=OPERATIONS[verb]
+    )
 
 
-def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0,
-                  thinking: bool = False) -> list[dict]:
+def generate_rows(split: str = "train", *, n: int | None = None, seed: int = 0, thinking: bool = False) -> list[dict]:
     """Deterministic rows of the sample task in chat ``messages`` format.
 
     Args:
@@ -269,10 +267,16 @@ def write_messy_jsonl(path: str | Path, good_rows: list[dict]) -> dict[int, str]
         3: (b'{"messages": [', "invalid JSON"),
         5: (b'{"text": "hello"}', "no known layout"),
         7: (json.dumps({"messages": "hi"}).encode(), "must be a list"),
-        9: (json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(),
-            "must be a string"),
-        11: (json.dumps({"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}).encode(),
-             "unknown role 'robot'"),
+        9: (
+            json.dumps({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "x"}]}).encode(),
+            "must be a string",
+        ),
+        11: (
+            json.dumps(
+                {"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}
+            ).encode(),
+            "unknown role 'robot'",
+        ),
         13: (user_answer("a", "  ").encode(), "empty answer"),
         15: (b'{"prompt": "caf\xe9", "completion": "x"}', "not UTF-8"),
         17: (json.dumps({"prompt": "write it", "completion": long_answer}).encode(), "tokens > seq_len=64"),

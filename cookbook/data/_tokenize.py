@@ -42,8 +42,9 @@ class Example:
     row: int  # 1-based row number in the source
 
 
-def render(tokenizer, conversation: Conversation, add_generation_prompt: bool = False,
-           messages: list[dict] | None = None) -> str:
+def render(
+    tokenizer, conversation: Conversation, add_generation_prompt: bool = False, messages: list[dict] | None = None
+) -> str:
     """The text Gemma 4's chat template (the tokenizer's) makes of a conversation, as vLLM
     renders it: its tools declared, ``enable_thinking`` on when a turn carries a thought.
     ``messages`` renders a part of the conversation with the whole one's settings."""
@@ -54,8 +55,10 @@ def render(tokenizer, conversation: Conversation, add_generation_prompt: bool = 
         )
     try:
         return tokenizer.apply_chat_template(
-            conversation.messages if messages is None else messages, tokenize=False,
-            add_generation_prompt=add_generation_prompt, **conversation.template_kwargs()
+            conversation.messages if messages is None else messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **conversation.template_kwargs(),
         )
     except Exception as e:  # jinja raises from inside the template (e.g. raise_exception)
         raise RowError(f"the chat template rejected the row: {e}") from e
@@ -87,8 +90,9 @@ def trained_spans(text: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if b > a]
 
 
-def tokenize_chat(tokenizer, row: Any, data_format: str = "auto",
-                  columns: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def tokenize_chat(
+    tokenizer, row: Any, data_format: str = "auto", columns: dict[str, str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of a whole conversation and its loss mask (1 on the model's tokens only).
 
     The row (any layout of :data:`FORMATS`) is rendered with the tokenizer's chat template,
@@ -112,8 +116,7 @@ def _encode(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[np.ndar
     return ids, mask
 
 
-def prompt_text(tokenizer, row: Any, data_format: str = "auto",
-                columns: dict[str, str] | None = None) -> str:
+def prompt_text(tokenizer, row: Any, data_format: str = "auto", columns: dict[str, str] | None = None) -> str:
     """The prompt a server would see: the turns before the last answer (all of them for a row
     that has none yet), plus the generation prompt (``<|turn>model\\n``, unless the last turn
     is a tool response the model continues from), rendered by the chat template with the row's
@@ -127,16 +130,13 @@ def prompt_text(tokenizer, row: Any, data_format: str = "auto",
     return render(tokenizer, conv, True, messages)
 
 
-def prompt_ids(tokenizer, row: Any, data_format: str = "auto",
-               columns: dict[str, str] | None = None) -> list[int]:
+def prompt_ids(tokenizer, row: Any, data_format: str = "auto", columns: dict[str, str] | None = None) -> list[int]:
     """Token ids of :func:`prompt_text`."""
     text = prompt_text(tokenizer, row, data_format, columns)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def prepare_examples(
-    source: Any, tokenizer, config: DataConfig
-) -> tuple[list[Example], DataReport]:
+def prepare_examples(source: Any, tokenizer, config: DataConfig) -> tuple[list[Example], DataReport]:
     """Read, validate and tokenise every row; apply the too-long policy; report.
 
     Raises :class:`DataError` when no row survives or more than
@@ -157,15 +157,11 @@ def prepare_examples(
         lengths.append(len(ids))
         if len(ids) > config.seq_len:
             if config.too_long == "truncate" and mask[: config.seq_len].any():
-                problems.append(
-                    RowProblem(number, f"{len(ids)} tokens > seq_len={config.seq_len}", "truncated")
-                )
+                problems.append(RowProblem(number, f"{len(ids)} tokens > seq_len={config.seq_len}", "truncated"))
                 ids, mask = ids[: config.seq_len], mask[: config.seq_len]
             else:
                 why = "" if config.too_long == "drop" else " and no answer token survives truncation"
-                problems.append(
-                    RowProblem(number, f"{len(ids)} tokens > seq_len={config.seq_len}{why}")
-                )
+                problems.append(RowProblem(number, f"{len(ids)} tokens > seq_len={config.seq_len}{why}"))
                 continue
         examples.append(Example(ids, mask, number))
     problems.sort(key=lambda p: p.row)
@@ -195,7 +191,6 @@ def load_tokenizer(preset: str = "tiny", *, base_dir: str | Path | None = None):
     """The preset's tokenizer: the random presets' from their cached base checkpoint, the
     real ones' from the Hub (tokenizer files only, not the weights)."""
     from transformers import AutoTokenizer
-
 
     p = models.get_preset(preset)
     if base_dir is not None:

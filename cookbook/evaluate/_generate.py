@@ -84,8 +84,13 @@ class Generation:
     thoughts: dict[str, list[str | None]] | None = None  # vLLM chat: the reasoning parser's thoughts, apart
 
     def describe(self) -> dict[str, Any]:
-        return {"generator": self.generator, **self.sampling.as_dict(), "seconds": self.seconds,
-                "problems": len(self.completions), **({"thinking": True} if self.thinking else {})}
+        return {
+            "generator": self.generator,
+            **self.sampling.as_dict(),
+            "seconds": self.seconds,
+            "problems": len(self.completions),
+            **({"thinking": True} if self.thinking else {}),
+        }
 
 
 def answer_budget(tokenizer, problems: Sequence[Problem], slack: int = 16) -> int:
@@ -99,14 +104,20 @@ def thought_budget(tokenizer, rows: Sequence[dict]) -> int:
     (``<|channel>thought\\n...\\n<channel|>``); 0 for plain rows. Add it to
     :func:`answer_budget` when sampling a thinking run."""
     thoughts = [t for t in map(data_lib.thought_of, rows) if t]
-    return max((len(tokenizer(f"<|channel>thought\n{t}\n<channel|>", add_special_tokens=False)["input_ids"])
-                for t in thoughts), default=0)
+    return max(
+        (
+            len(tokenizer(f"<|channel>thought\n{t}\n<channel|>", add_special_tokens=False)["input_ids"])
+            for t in thoughts
+        ),
+        default=0,
+    )
 
 
 def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> list[int]:
     """The ids every generator is given: the chat rendered by the tokenizer's own template."""
-    return list(tokenizer(prompt_text(tokenizer, problem, system, thinking=thinking),
-                          add_special_tokens=False)["input_ids"])
+    return list(
+        tokenizer(prompt_text(tokenizer, problem, system, thinking=thinking), add_special_tokens=False)["input_ids"]
+    )
 
 
 def prompt_text(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> str:
@@ -115,15 +126,28 @@ def prompt_text(tokenizer, problem: Problem, system: str | None = None, *, think
     Rendered here, not by ``cookbook.data.prompt_text``: a problem is a prompt without an answer,
     which the data reader (rightly, for training rows) refuses.
     """
-    return tokenizer.apply_chat_template(problem.messages(system), tokenize=False, add_generation_prompt=True,
-                                         **({"enable_thinking": True} if thinking else {}))
+    return tokenizer.apply_chat_template(
+        problem.messages(system),
+        tokenize=False,
+        add_generation_prompt=True,
+        **({"enable_thinking": True} if thinking else {}),
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # vLLM (any OpenAI-compatible endpoint)
-def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                     *, tokenizer=None, system: str | None = None, thinking: bool = False, concurrency: int = 16,
-                     on_done: Callable[[int], None] | None = None) -> Generation:
+def endpoint_samples(
+    client,
+    model: str,
+    problems: Sequence[Problem],
+    sampling: SamplingConfig = PAPER_SAMPLING,
+    *,
+    tokenizer=None,
+    system: str | None = None,
+    thinking: bool = False,
+    concurrency: int = 16,
+    on_done: Callable[[int], None] | None = None,
+) -> Generation:
     """Samples through an OpenAI-compatible server (``openai.OpenAI`` client), one request per problem.
 
     With ``tokenizer``, prompts go as token ids to ``/v1/completions`` (exactly what the
@@ -134,17 +158,26 @@ def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: 
     its ``content``; its ``reasoning`` (the thought, where the server runs a reasoning parser)
     is kept apart in ``Generation.thoughts`` and never scored.
     """
-    extra = {"extra_body": {"skip_special_tokens": False, "chat_template_kwargs": {"enable_thinking": True}}
-             } if thinking else {}
+    extra = (
+        {"extra_body": {"skip_special_tokens": False, "chat_template_kwargs": {"enable_thinking": True}}}
+        if thinking
+        else {}
+    )
 
     def one(i: int) -> tuple[list[str], list[int], list[str | None]]:
         p = problems[i]
         seed = sampling.seed + i
-        common = {"model": model, "n": sampling.n, "temperature": sampling.temperature,
-                  "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": seed, **extra}
+        common = {
+            "model": model,
+            "n": sampling.n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "seed": seed,
+            **extra,
+        }
         if tokenizer is not None:
-            resp = client.completions.create(prompt=prompt_token_ids(tokenizer, p, system, thinking=thinking),
-                                             **common)
+            resp = client.completions.create(prompt=prompt_token_ids(tokenizer, p, system, thinking=thinking), **common)
             choices = sorted(resp.choices, key=lambda c: c.index)
             texts, thoughts = [c.text for c in choices], [None] * len(choices)
         else:
@@ -152,8 +185,9 @@ def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: 
             choices = sorted(resp.choices, key=lambda c: c.index)
             texts = [c.message.content or "" for c in choices]
             # vLLM >= 0.10 names it `reasoning` (`reasoning_content` before)
-            thoughts = [getattr(c.message, "reasoning", None) or getattr(c.message, "reasoning_content", None)
-                        for c in choices]
+            thoughts = [
+                getattr(c.message, "reasoning", None) or getattr(c.message, "reasoning_content", None) for c in choices
+            ]
         return texts, [seed + j for j in range(sampling.n)], thoughts
 
     t0 = time.perf_counter()
@@ -164,17 +198,31 @@ def endpoint_samples(client, model: str, problems: Sequence[Problem], sampling: 
             out[futures[fut]] = fut.result()
             if on_done is not None:
                 on_done(sampling.n)
-    return Generation(completions={p.name: out[i][0] for i, p in enumerate(problems)},
-                      seeds={p.name: list(out[i][1]) for i, p in enumerate(problems)},
-                      sampling=sampling, generator="vllm", seconds=time.perf_counter() - t0, thinking=thinking,
-                      thoughts={p.name: out[i][2] for i, p in enumerate(problems)} if thinking else None)
+    return Generation(
+        completions={p.name: out[i][0] for i, p in enumerate(problems)},
+        seeds={p.name: list(out[i][1]) for i, p in enumerate(problems)},
+        sampling=sampling,
+        generator="vllm",
+        seconds=time.perf_counter() - t0,
+        thinking=thinking,
+        thoughts={p.name: out[i][2] for i, p in enumerate(problems)} if thinking else None,
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # Tunix's sampler on the JAX model (the TPU recipe's model, before merging)
-def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                  *, batch_size: int = 50, sampler=None, system: str | None = None, thinking: bool = False,
-                  on_done: Callable[[int], None] | None = None) -> tuple[Generation, Any]:
+def tunix_samples(
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    sampling: SamplingConfig = PAPER_SAMPLING,
+    *,
+    batch_size: int = 50,
+    sampler=None,
+    system: str | None = None,
+    thinking: bool = False,
+    on_done: Callable[[int], None] | None = None,
+) -> tuple[Generation, Any]:
     """Samples from a Tunix Gemma 4 model (with or without LoRA) with Tunix's ``Sampler``.
 
     Each problem's prompt is repeated ``n`` times in fixed-size batches (one compiled shape);
@@ -199,13 +247,22 @@ def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: Sampl
     seeds: dict[tuple[int, int], int] = {}
     t0 = time.perf_counter()
     for b, start in enumerate(range(0, len(jobs), batch_size)):
-        chunk = jobs[start: start + batch_size]
+        chunk = jobs[start : start + batch_size]
         batch = [prompts[i] for i, _ in chunk]
         batch += [batch[-1]] * (batch_size - len(batch))  # one compiled shape
-        kwargs: dict[str, Any] = {"temperature": 0.0} if sampling.greedy else {
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": None}
-        out = sampler(batch, max_generation_steps=sampling.max_tokens, max_prompt_length=max_prompt,
-                      eos_tokens=models.stop_token_ids(), seed=sampling.seed + b, **kwargs)
+        kwargs: dict[str, Any] = (
+            {"temperature": 0.0}
+            if sampling.greedy
+            else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": None}
+        )
+        out = sampler(
+            batch,
+            max_generation_steps=sampling.max_tokens,
+            max_prompt_length=max_prompt,
+            eos_tokens=models.stop_token_ids(),
+            seed=sampling.seed + b,
+            **kwargs,
+        )
         for job, text in zip(chunk, out.text[: len(chunk)], strict=True):
             texts[job], seeds[job] = text, sampling.seed + b
         if on_done is not None:
@@ -213,7 +270,11 @@ def tunix_samples(model, tokenizer, problems: Sequence[Problem], sampling: Sampl
     generation = Generation(
         completions={p.name: [texts[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
         seeds={p.name: [seeds[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
-        sampling=sampling, generator="tunix", seconds=time.perf_counter() - t0, thinking=thinking)
+        sampling=sampling,
+        generator="tunix",
+        seconds=time.perf_counter() - t0,
+        thinking=thinking,
+    )
     return generation, sampler
 
 
@@ -238,9 +299,17 @@ def load_transformers_model(model_dir: str | Path, adapter_dir: str | Path | Non
     return model.eval()
 
 
-def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling: SamplingConfig = PAPER_SAMPLING,
-                         *, system: str | None = None, thinking: bool = False, num_threads: int | None = None,
-                         on_done: Callable[[int], None] | None = None) -> Generation:
+def transformers_samples(
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    sampling: SamplingConfig = PAPER_SAMPLING,
+    *,
+    system: str | None = None,
+    thinking: bool = False,
+    num_threads: int | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> Generation:
     """Samples with transformers ``generate``: one call per problem (``num_return_sequences=n``),
     seeded ``seed + i`` with ``torch.manual_seed``; no padding, so no padding effects.
 
@@ -253,10 +322,18 @@ def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling
     if sampling.greedy:
         kwargs: dict[str, Any] = {"do_sample": False}
     else:  # top_k=0: no top-k cut (a generation config may default to 50; vLLM and Tunix apply none)
-        kwargs = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0,
-                  "num_return_sequences": sampling.n}
-    kwargs.update(max_new_tokens=sampling.max_tokens, eos_token_id=models.stop_token_ids(),
-                  pad_token_id=models.SPECIAL_TOKEN_IDS["<pad>"])
+        kwargs = {
+            "do_sample": True,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": 0,
+            "num_return_sequences": sampling.n,
+        }
+    kwargs.update(
+        max_new_tokens=sampling.max_tokens,
+        eos_token_id=models.stop_token_ids(),
+        pad_token_id=models.SPECIAL_TOKEN_IDS["<pad>"],
+    )
     completions, seeds = {}, {}
     threads = torch.get_num_threads()
     t0 = time.perf_counter()
@@ -268,12 +345,19 @@ def transformers_samples(model, tokenizer, problems: Sequence[Problem], sampling
                 ids = torch.tensor([prompt_token_ids(tokenizer, p, system, thinking=thinking)])
                 torch.manual_seed(sampling.seed + i)
                 out = model.generate(ids, **kwargs)
-                completions[p.name] = [tokenizer.decode(row[ids.shape[1]:].tolist(),
-                                                        skip_special_tokens=not thinking) for row in out]
+                completions[p.name] = [
+                    tokenizer.decode(row[ids.shape[1] :].tolist(), skip_special_tokens=not thinking) for row in out
+                ]
                 seeds[p.name] = [sampling.seed + i] * sampling.n
                 if on_done is not None:
                     on_done(sampling.n)
     finally:
         torch.set_num_threads(threads)
-    return Generation(completions=completions, seeds=seeds, sampling=sampling, generator="transformers",
-                      seconds=time.perf_counter() - t0, thinking=thinking)
+    return Generation(
+        completions=completions,
+        seeds=seeds,
+        sampling=sampling,
+        generator="transformers",
+        seconds=time.perf_counter() - t0,
+        thinking=thinking,
+    )

@@ -64,9 +64,11 @@ def load_problems(directory: str | Path, *, names: list[str] | None = None) -> l
     """
     root = Path(directory)
     if not root.is_dir():
-        raise ProblemError(f"problems directory {str(root)!r} does not exist; pass a directory of "
-                           "ProbNNN_name_prompt.txt / _ref.sv / _test.sv files (verilog-eval's "
-                           "dataset_spec-to-rtl, or cookbook.evaluate.write_problems)")
+        raise ProblemError(
+            f"problems directory {str(root)!r} does not exist; pass a directory of "
+            "ProbNNN_name_prompt.txt / _ref.sv / _test.sv files (verilog-eval's "
+            "dataset_spec-to-rtl, or cookbook.evaluate.write_problems)"
+        )
     parts: dict[str, dict[str, Path]] = {}
     for path in root.iterdir():
         m = _FILE.match(path.name)
@@ -77,8 +79,10 @@ def load_problems(directory: str | Path, *, names: list[str] | None = None) -> l
     incomplete = {n: sorted(set(_PARTS) - set(p)) for n, p in parts.items() if set(p) != set(_PARTS)}
     if incomplete:
         name, missing = sorted(incomplete.items())[0]
-        raise ProblemError(f"{root}: problem {name} has no {', '.join(f'{name}_{m}' for m in missing)}"
-                           f" ({len(incomplete)} incomplete problem(s)); every problem needs all three files")
+        raise ProblemError(
+            f"{root}: problem {name} has no {', '.join(f'{name}_{m}' for m in missing)}"
+            f" ({len(incomplete)} incomplete problem(s)); every problem needs all three files"
+        )
     wanted = sorted(parts) if names is None else list(names)
     unknown = [n for n in wanted if n not in parts]
     if unknown:
@@ -87,8 +91,15 @@ def load_problems(directory: str | Path, *, names: list[str] | None = None) -> l
     for name in wanted:
         p = parts[name]
         test = p["test.sv"].read_text()
-        problems.append(Problem(name=name, prompt=p["prompt.txt"].read_text(), ref=p["ref.sv"].read_text(),
-                                test=test, module=_dut_module(test)))
+        problems.append(
+            Problem(
+                name=name,
+                prompt=p["prompt.txt"].read_text(),
+                ref=p["ref.sv"].read_text(),
+                test=test,
+                module=_dut_module(test),
+            )
+        )
     return problems
 
 
@@ -114,9 +125,34 @@ def _dut_module(test: str) -> str:
     return "TopModule"
 
 
-_KEYWORDS = {"module", "task", "function", "if", "else", "for", "while", "case", "repeat", "begin", "end",
-             "initial", "always", "final", "assign", "wire", "reg", "logic", "bit", "int", "integer",
-             "input", "output", "inout", "forever", "fork"}
+_KEYWORDS = {
+    "module",
+    "task",
+    "function",
+    "if",
+    "else",
+    "for",
+    "while",
+    "case",
+    "repeat",
+    "begin",
+    "end",
+    "initial",
+    "always",
+    "final",
+    "assign",
+    "wire",
+    "reg",
+    "logic",
+    "bit",
+    "int",
+    "integer",
+    "input",
+    "output",
+    "inout",
+    "forever",
+    "fork",
+}
 
 
 # ------------------------------------------------------------------------------------------
@@ -140,10 +176,16 @@ def sample_task_problems(rows: list[dict], *, random_vectors: int = RANDOM_VECTO
         if m is None or m.group(2) != m.group(3):
             raise ProblemError(f"row {i + 1} is not a sample-task row (answer {answer[:60]!r}...)")
         module, width = m.group(1), int(m.group(2)) + 1
-        problems.append(Problem(
-            name=f"Prob{i + 1:03d}_{module}", prompt=data_lib.prompt_of(row), module=module, answer=answer,
-            ref=answer.replace(f"module {module}(", f"module {REF_MODULE}(", 1) + "\n",
-            test=two_input_testbench(module, width, random_vectors=random_vectors, seed=i + 1)))
+        problems.append(
+            Problem(
+                name=f"Prob{i + 1:03d}_{module}",
+                prompt=data_lib.prompt_of(row),
+                module=module,
+                answer=answer,
+                ref=answer.replace(f"module {module}(", f"module {REF_MODULE}(", 1) + "\n",
+                test=two_input_testbench(module, width, random_vectors=random_vectors, seed=i + 1),
+            )
+        )
     return problems
 
 
@@ -168,7 +210,8 @@ def rewrites(problem: Problem) -> dict[str, str]:
         "the reference answer": problem.answer,
         "written differently (ports, operands, comment)": (
             f"module {module}(\n  input [{msb}:0] b,  // ports in another order\n  input [{msb}:0] a,\n"
-            f"  output reg [{msb}:0] y\n);\n  always @* y = {swapped};\nendmodule"),
+            f"  output reg [{msb}:0] y\n);\n  always @* y = {swapped};\nendmodule"
+        ),
         "wrong operator": problem.answer.replace(f"a {op} b", f"a {wrong} b"),
         "syntax error (a semicolon missing)": problem.answer.replace(f"a {op} b;", f"a {op} b"),
         "another module name": problem.answer.replace(f"module {module}(", f"module {module}_v2(", 1),

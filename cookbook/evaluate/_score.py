@@ -27,13 +27,24 @@ from cookbook.evaluate._simulate import OUTCOMES, SimConfig, SimResult, simulate
 # top-p 0.95): pass@1 only (it gives no pass@5 figure), and not through vLLM (it served only the
 # base model), so the generator is not stated.
 PAPER_QUALITY: tuple[dict[str, Any], ...] = (
-    {"model": "Gemma 4 31B + LoRA (paper)", "recipe": "TPU v5p-8, Tunix", "generator": "not stated",
-     "problems": "verilog-eval", "pass@1": 0.641, "n": 5},
-    {"model": "Gemma 4 31B + LoRA (paper)", "recipe": "2 x H100, TRL", "generator": "not stated",
-     "problems": "verilog-eval", "pass@1": 0.697, "n": 5},
+    {
+        "model": "Gemma 4 31B + LoRA (paper)",
+        "recipe": "TPU v5p-8, Tunix",
+        "generator": "not stated",
+        "problems": "verilog-eval",
+        "pass@1": 0.641,
+        "n": 5,
+    },
+    {
+        "model": "Gemma 4 31B + LoRA (paper)",
+        "recipe": "2 x H100, TRL",
+        "generator": "not stated",
+        "problems": "verilog-eval",
+        "pass@1": 0.697,
+        "n": 5,
+    },
 )
-QUALITY_COLUMNS = ("model", "recipe", "generator", "problems", "exact_match", "greedy_pass@1", "pass@1",
-                   "pass@5", "n")
+QUALITY_COLUMNS = ("model", "recipe", "generator", "problems", "exact_match", "greedy_pass@1", "pass@1", "pass@5", "n")
 
 
 class CompletionsError(ValueError):
@@ -135,8 +146,9 @@ class Scores:
         return [p.as_dict(self.ks) for p in self.problems]
 
 
-def check_completions(problems: Sequence[Problem], completions: Mapping[str, Sequence[str]],
-                      ks: Sequence[int] = (1,)) -> None:
+def check_completions(
+    problems: Sequence[Problem], completions: Mapping[str, Sequence[str]], ks: Sequence[int] = (1,)
+) -> None:
     """Raise, naming the problem, unless every problem has at least ``max(ks)`` completions and
     every completion belongs to a problem of the set."""
     if not problems:
@@ -144,22 +156,34 @@ def check_completions(problems: Sequence[Problem], completions: Mapping[str, Seq
     names = {p.name for p in problems}
     extra = sorted(set(completions) - names)
     if extra:
-        raise CompletionsError(f"completions for {extra[0]!r}, which is not in the problem set "
-                               f"({len(extra)} unknown problem name(s))")
+        raise CompletionsError(
+            f"completions for {extra[0]!r}, which is not in the problem set ({len(extra)} unknown problem name(s))"
+        )
     missing = [p.name for p in problems if not completions.get(p.name)]
     if missing:
-        raise CompletionsError(f"no completion for {missing[0]!r} ({len(missing)} of {len(problems)} problems "
-                               "without one); give every problem at least one sample")
+        raise CompletionsError(
+            f"no completion for {missing[0]!r} ({len(missing)} of {len(problems)} problems "
+            "without one); give every problem at least one sample"
+        )
     for k in ks:
         short = next((p.name for p in problems if len(completions[p.name]) < k), None)
         if short is not None:
-            raise ValueError(f"pass@{k} needs {k} samples per problem; {short} has "
-                             f"{len(completions[short])}: sample more (n >= {k}) or drop k={k}")
+            raise ValueError(
+                f"pass@{k} needs {k} samples per problem; {short} has "
+                f"{len(completions[short])}: sample more (n >= {k}) or drop k={k}"
+            )
 
 
-def score(problems: Sequence[Problem], completions: Mapping[str, Sequence[str]], *, ks: Sequence[int] = (1,),
-          seeds: Mapping[str, Sequence[int | None]] | None = None, config: SimConfig | None = None,
-          workers: int | None = None, on_done: Callable[[int, SimResult], None] | None = None) -> Scores:
+def score(
+    problems: Sequence[Problem],
+    completions: Mapping[str, Sequence[str]],
+    *,
+    ks: Sequence[int] = (1,),
+    seeds: Mapping[str, Sequence[int | None]] | None = None,
+    config: SimConfig | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, SimResult], None] | None = None,
+) -> Scores:
     """Simulate every completion of every problem and score the set.
 
     Args:
@@ -180,13 +204,21 @@ def score(problems: Sequence[Problem], completions: Mapping[str, Sequence[str]],
     for p in problems:
         comps = list(completions[p.name])
         exact = [data_lib.clean_completion(c) == p.answer.strip() for c in comps] if p.answer else None
-        scored.append(ProblemScore(problem=p.name, completions=comps, results=[next(results) for _ in comps],
-                                   seeds=list((seeds or {}).get(p.name, [])), exact=exact))
+        scored.append(
+            ProblemScore(
+                problem=p.name,
+                completions=comps,
+                results=[next(results) for _ in comps],
+                seeds=list((seeds or {}).get(p.name, [])),
+                exact=exact,
+            )
+        )
     return Scores(problems=scored, ks=tuple(ks), simulate_s=simulate_s, workers=workers or default_workers())
 
 
-def score_generation(problems: Sequence[Problem], generation: Generation, *, ks: Sequence[int] | None = None,
-                     **kwargs: Any) -> Scores:
+def score_generation(
+    problems: Sequence[Problem], generation: Generation, *, ks: Sequence[int] | None = None, **kwargs: Any
+) -> Scores:
     """:func:`score` a generator's samples (pass@1, and pass@5 where there are 5 samples)."""
     ks = ks or [k for k in (1, 5) if k <= generation.sampling.n]
     return score(problems, generation.completions, ks=ks, seeds=generation.seeds, **kwargs)
@@ -219,12 +251,17 @@ def read_completions(path: str | Path, problems: Sequence[Problem] | None = None
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise CompletionsError(f"{where}: invalid JSON ({e.msg}); each line is "
-                                       '{"problem": NAME, "completion": TEXT}') from None
-            if not isinstance(row, dict) or not isinstance(row.get("problem"), str) \
-                    or not isinstance(row.get("completion"), str):
-                raise CompletionsError(f"{where}: want an object with string 'problem' and 'completion', "
-                                       f"got {line.strip()[:80]}")
+                raise CompletionsError(
+                    f'{where}: invalid JSON ({e.msg}); each line is {{"problem": NAME, "completion": TEXT}}'
+                ) from None
+            if (
+                not isinstance(row, dict)
+                or not isinstance(row.get("problem"), str)
+                or not isinstance(row.get("completion"), str)
+            ):
+                raise CompletionsError(
+                    f"{where}: want an object with string 'problem' and 'completion', got {line.strip()[:80]}"
+                )
             if names is not None and row["problem"] not in names:
                 raise CompletionsError(f"{where}: problem {row['problem']!r} is not in the problem set")
             out.setdefault(row["problem"], []).append(row["completion"])
@@ -246,8 +283,15 @@ def write_completions(path: str | Path, completions: Mapping[str, Sequence[str]]
 
 # ------------------------------------------------------------------------------------------
 # The quality table, in the paper's form
-def quality_row(model: str, recipe: str, generator: str, *, greedy: Scores | None = None,
-                sampled: Scores | None = None, problems: str = "sample task, held out") -> dict[str, Any]:
+def quality_row(
+    model: str,
+    recipe: str,
+    generator: str,
+    *,
+    greedy: Scores | None = None,
+    sampled: Scores | None = None,
+    problems: str = "sample task, held out",
+) -> dict[str, Any]:
     """One row of the quality table: greedy exact match and pass@1, sampled pass@1 / pass@5."""
     row: dict[str, Any] = {"model": model, "recipe": recipe, "generator": generator}
     counts = set()
@@ -278,6 +322,7 @@ def quality_table(rows: Sequence[Mapping[str, Any]], *, paper: bool = True) -> l
 
     A ``source`` column (where the row was measured) is shown when any row has one.
     """
+
     def cell(v: Any) -> str:
         if v is None or v == "":
             return "-"

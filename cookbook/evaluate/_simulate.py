@@ -40,7 +40,9 @@ from cookbook.evaluate._problems import TESTBENCH_TOP, Problem
 # verdict; no_module: the completion holds no `module ... ` at all.
 OUTCOMES = ("pass", "mismatch", "no_samples", "compile_error", "timeout", "runtime_error", "no_module")
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
-INSTALL_HINT = "Icarus Verilog is not installed: apt-get install iverilog (Debian/Ubuntu; brew install icarus-verilog on macOS)"
+INSTALL_HINT = (
+    "Icarus Verilog is not installed: apt-get install iverilog (Debian/Ubuntu; brew install icarus-verilog on macOS)"
+)
 _VERDICT = re.compile(r"^Mismatches: (\d+) in (\d+) samples\s*$", re.M)
 _MODULE_START = re.compile(r"(?m)^[ \t]*(?:\(\*.*?\*\)\s*)?(?:module|macromodule)\s+[A-Za-z_]\w*")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?")
@@ -137,7 +139,7 @@ def _fenced_blocks(text: str) -> list[str]:
         if m is None:
             return blocks
         end = text.find("```", m.end())
-        blocks.append(text[m.end(): end if end >= 0 else len(text)])
+        blocks.append(text[m.end() : end if end >= 0 else len(text)])
         if end < 0:
             return blocks
         pos = end + 3
@@ -148,7 +150,7 @@ def _module_span(text: str) -> str | None:
     if m is None:
         return None
     end = text.rfind("endmodule")
-    body = text[m.start(): end + len("endmodule")] if end > m.start() else text[m.start():]
+    body = text[m.start() : end + len("endmodule")] if end > m.start() else text[m.start() :]
     return body.strip() + "\n"
 
 
@@ -157,13 +159,19 @@ def _module_span(text: str) -> str | None:
 def _run(argv: Sequence[str], cwd: Path, log: Path, cfg: SimConfig) -> tuple[int | None, float]:
     """Run ``argv`` confined; returns (exit code or None on timeout, seconds)."""
     blocks = max(1, cfg.max_output_bytes // 512)  # dash's ulimit -f counts 512-byte blocks
-    limits = f"ulimit -f {blocks} 2>/dev/null; ulimit -v {cfg.max_memory_mib * 1024} 2>/dev/null; exec \"$@\""
+    limits = f'ulimit -f {blocks} 2>/dev/null; ulimit -v {cfg.max_memory_mib * 1024} 2>/dev/null; exec "$@"'
     prefix = _netns_prefix() if cfg.isolate_network else ()
     t0 = time.perf_counter()
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*prefix, "/bin/sh", "-c", limits, "sh", *argv], cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+        proc = subprocess.Popen(
+            [*prefix, "/bin/sh", "-c", limits, "sh", *argv],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+        )
         try:
             code = proc.wait(timeout=cfg.timeout_s)
         except subprocess.TimeoutExpired:
@@ -199,8 +207,12 @@ def simulate(problem: Problem, completion: str, config: SimConfig | None = None)
         (work / "candidate.sv").write_text(code)
         (work / "test.sv").write_text(problem.test)
         (work / "ref.sv").write_text(problem.ref)
-        rc, t_compile = _run([iverilog, *IVERILOG_FLAGS, "-s", TESTBENCH_TOP, "-o", "sim.vvp",
-                              "candidate.sv", "test.sv", "ref.sv"], work, work / "compile.log", config)
+        rc, t_compile = _run(
+            [iverilog, *IVERILOG_FLAGS, "-s", TESTBENCH_TOP, "-o", "sim.vvp", "candidate.sv", "test.sv", "ref.sv"],
+            work,
+            work / "compile.log",
+            config,
+        )
         log = _read(work / "compile.log", 64 << 10)
         if rc is None:
             return SimResult(outcome="timeout", detail=f"compile ran over {config.timeout_s:g} s", seconds=t_compile)
@@ -215,13 +227,21 @@ def simulate(problem: Problem, completion: str, config: SimConfig | None = None)
         return SimResult(outcome="timeout", detail="the testbench's own TIMEOUT", seconds=seconds)
     verdicts = _VERDICT.findall(out)
     if rc != 0 or len(verdicts) != 1:
-        why = (f"vvp exited with {rc}" + (" (output over the limit)" if rc in (153, -signal.SIGXFSZ) else "")
-               if rc != 0 else f"{len(verdicts)} 'Mismatches:' lines in the output (want exactly one)")
+        why = (
+            f"vvp exited with {rc}" + (" (output over the limit)" if rc in (153, -signal.SIGXFSZ) else "")
+            if rc != 0
+            else f"{len(verdicts)} 'Mismatches:' lines in the output (want exactly one)"
+        )
         return SimResult(outcome="runtime_error", detail=f"{why}: {_first_error(out)}"[:300], seconds=seconds)
     mismatches, samples = map(int, verdicts[0])
     outcome = "no_samples" if samples == 0 else "mismatch" if mismatches else "pass"
-    return SimResult(outcome=outcome, mismatches=mismatches, samples=samples, seconds=seconds,
-                     detail="" if outcome == "pass" else f"{mismatches} mismatches in {samples} samples")
+    return SimResult(
+        outcome=outcome,
+        mismatches=mismatches,
+        samples=samples,
+        seconds=seconds,
+        detail="" if outcome == "pass" else f"{mismatches} mismatches in {samples} samples",
+    )
 
 
 def default_workers() -> int:
@@ -232,9 +252,13 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def simulate_many(jobs: Sequence[tuple[Problem, str]], config: SimConfig | None = None, *,
-                  workers: int | None = None,
-                  on_done: Callable[[int, SimResult], None] | None = None) -> list[SimResult]:
+def simulate_many(
+    jobs: Sequence[tuple[Problem, str]],
+    config: SimConfig | None = None,
+    *,
+    workers: int | None = None,
+    on_done: Callable[[int, SimResult], None] | None = None,
+) -> list[SimResult]:
     """:func:`simulate` over ``(problem, completion)`` pairs in a pool; results in input order.
 
     ``on_done(index, result)`` is called as each finishes (a progress bar, say).

@@ -24,8 +24,12 @@ SAFETY_MARGIN = 0.80  # a plan "fits with margin" when the per-chip total is und
 # labelled so wherever it is used.
 DEFAULT_MFU = 0.40
 # Which committed planner file holds each real preset's compiles.
-PLAN_RESULTS = {"gemma4_31b": "plan_search_31b.json", "gemma4_26b_a4b": "plan_search_26b_a4b.json",
-                "gemma4_e4b": "plan_search_e4b.json", "gemma4_e2b": "plan_search_e2b.json"}
+PLAN_RESULTS = {
+    "gemma4_31b": "plan_search_31b.json",
+    "gemma4_26b_a4b": "plan_search_26b_a4b.json",
+    "gemma4_e4b": "plan_search_e4b.json",
+    "gemma4_e2b": "plan_search_e2b.json",
+}
 # Full-depth compiles of a few layouts (benchmarks/plan_31b.py): what the search is checked against.
 FULL_DEPTH_RESULTS = {"gemma4_31b": "plan_31b.json"}
 # The slice a preset trains on by default: the paper's training slice for 31B; for the other
@@ -36,16 +40,23 @@ DEFAULT_TRAINING_SLICE = {"gemma4_31b": "v5p-8"}
 # batch_size and seq_len are its ``data`` fields); committed files may use the planner's
 # first names (fsdp, tp, batch, flash, block).
 LAYOUT_KEYS = ("mesh_fsdp", "mesh_tp", "batch_size", "seq_len", "remat", "flash_attention", "flash_block")
-_LEGACY_LAYOUT = {"fsdp": "mesh_fsdp", "tp": "mesh_tp", "batch": "batch_size", "flash": "flash_attention",
-                  "block": "flash_block"}
+_LEGACY_LAYOUT = {
+    "fsdp": "mesh_fsdp",
+    "tp": "mesh_tp",
+    "batch": "batch_size",
+    "flash": "flash_attention",
+    "block": "flash_block",
+}
 
 
 def plan_results_path(preset_name: str) -> Path:
     """``benchmarks/results/plan_<size>.json`` of a real preset (ValueError if there is none)."""
     if preset_name not in PLAN_RESULTS:
-        raise ValueError(f"no committed planner results for preset {preset_name!r} (have: "
-                         f"{', '.join(PLAN_RESULTS)}); compile its layouts with `cookbook plan --preset "
-                         f"{preset_name} --slice SLICE` first")
+        raise ValueError(
+            f"no committed planner results for preset {preset_name!r} (have: "
+            f"{', '.join(PLAN_RESULTS)}); compile its layouts with `cookbook plan --preset "
+            f"{preset_name} --slice SLICE` first"
+        )
     return core.RESULTS_DIR / PLAN_RESULTS[preset_name]
 
 
@@ -53,8 +64,10 @@ def load_plan_results(preset_name: str = "gemma4_31b") -> dict[str, Any]:
     """The committed planner results of ``preset_name`` (no big compile in CI)."""
     path = plan_results_path(preset_name)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: it is committed with the repository; "
-                                "run from a checkout, or regenerate it with benchmarks/plan_search.py")
+        raise FileNotFoundError(
+            f"{path} is missing: it is committed with the repository; "
+            "run from a checkout, or regenerate it with benchmarks/plan_search.py"
+        )
     return json.loads(path.read_text())
 
 
@@ -75,26 +88,37 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
     data = load_plan_results(preset_name)
     recommended = data.get("recommended") or {}
     if not recommended:
-        raise ValueError(f"no layout of {preset_name} that fits has been compiled yet ({plan_results_path(preset_name).name} "
-                         f"recommends none): compile its layout search with `benchmarks/plan_search.py --preset "
-                         f"{preset_name}` (or check one layout with `cookbook plan --preset {preset_name} --slice SLICE`)")
+        raise ValueError(
+            f"no layout of {preset_name} that fits has been compiled yet ({plan_results_path(preset_name).name} "
+            f"recommends none): compile its layout search with `benchmarks/plan_search.py --preset "
+            f"{preset_name}` (or check one layout with `cookbook plan --preset {preset_name} --slice SLICE`)"
+        )
     slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or cheapest_recommended(recommended)
     if slice_name not in recommended:
-        raise ValueError(f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
-                         f"(they cover: {', '.join(recommended) or 'none'})")
+        raise ValueError(
+            f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
+            f"(they cover: {', '.join(recommended) or 'none'})"
+        )
     rec = {_LEGACY_LAYOUT.get(k, k): v for k, v in recommended[slice_name].items()}
     missing = [k for k in LAYOUT_KEYS if k not in rec]
     if missing:
         raise ValueError(f"{plan_results_path(preset_name)}: the {slice_name} recommendation lacks {missing}")
-    return {"slice": slice_name, **{k: rec[k] for k in LAYOUT_KEYS},
-            "from": rec.get("from"), "hbm_fraction": rec.get("hbm_fraction")}
+    return {
+        "slice": slice_name,
+        **{k: rec[k] for k in LAYOUT_KEYS},
+        "from": rec.get("from"),
+        "hbm_fraction": rec.get("hbm_fraction"),
+    }
 
 
 def cheapest_recommended(recommended: dict[str, dict[str, Any]]) -> str | None:
     """The priced slice whose recommendation costs least per trained token (fewer chips on a tie)."""
     priced = [s for s, r in recommended.items() if r.get("usd_per_million_tokens") is not None]
-    return min(priced, key=lambda s: (round(recommended[s]["usd_per_million_tokens"], 6),
-                                      core.get_slice(s).num_chips, s), default=None)
+    return min(
+        priced,
+        key=lambda s: (round(recommended[s]["usd_per_million_tokens"], 6), core.get_slice(s).num_chips, s),
+        default=None,
+    )
 
 
 def recommended_table(preset_name: str = "gemma4_31b") -> list[dict[str, Any]]:
@@ -103,7 +127,21 @@ def recommended_table(preset_name: str = "gemma4_31b") -> list[dict[str, Any]]:
     rows = []
     for slice_name, rec in (data.get("recommended") or {}).items():
         layout = recommended_training(preset_name, slice_name)
-        rows.append({**layout, **{k: rec.get(k) for k in ("flops_per_token", "floor_step_s", "floor_tokens_per_s",
-                                                          "estimated_step_s", "estimated_tokens_per_s",
-                                                          "estimate_bound", "usd_per_million_tokens")}})
+        rows.append(
+            {
+                **layout,
+                **{
+                    k: rec.get(k)
+                    for k in (
+                        "flops_per_token",
+                        "floor_step_s",
+                        "floor_tokens_per_s",
+                        "estimated_step_s",
+                        "estimated_tokens_per_s",
+                        "estimate_bound",
+                        "usd_per_million_tokens",
+                    )
+                },
+            }
+        )
     return rows

@@ -83,8 +83,9 @@ def abstract_lora_model(config: PlanConfig, preset: models.ModelPreset, mesh):
     from cookbook import lora as lora_lib
     from cookbook.fit import _sharding as sharding
 
-    model = lora_lib.abstract_lora_model(preset, config.lora, remat=config.remat, quantize=config.quantize,
-                                         quant_tile=config.quant_tile)
+    model = lora_lib.abstract_lora_model(
+        preset, config.lora, remat=config.remat, quantize=config.quantize, quant_tile=config.quant_tile
+    )
     if config.flash_attention:
         models.set_flash_attention(model, config.flash_block)
     sharding.set_lora_specs(model)
@@ -142,8 +143,11 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
     )
     jitted = jax.jit(step, out_shardings=out_shardings, donate_argnums=(0, 2))
     on_cpu = mesh.devices.flat[0].platform == "cpu"  # else the program a TPU host runs: Qwix's own gradients
-    with (core.tunix_activation_sharding(mesh, config.patch_activation_sharding),
-          models.remat_policy(config.remat), core.qwix_lora_grads_as_is(not on_cpu)):
+    with (
+        core.tunix_activation_sharding(mesh, config.patch_activation_sharding),
+        models.remat_policy(config.remat),
+        core.qwix_lora_grads_as_is(not on_cpu),
+    ):
         lowered = jitted.lower(lora_abs, rest_abs, opt_abs, batch_abs)
     return lowered, lora_count
 
@@ -181,8 +185,9 @@ def check_config(config: PlanConfig, preset: models.ModelPreset, fsdp: int, tp: 
     models.get_remat_choice(config.remat)
     lora_lib.check_quant_tile(preset, config.quantize, config.quant_tile)  # QLoRA: the tile, no experts
     if config.flash_attention and config.seq_len % config.flash_block:
-        raise ValueError(f"flash attention needs seq_len ({config.seq_len}) to be a multiple of "
-                         f"flash_block ({config.flash_block})")
+        raise ValueError(
+            f"flash attention needs seq_len ({config.seq_len}) to be a multiple of flash_block ({config.flash_block})"
+        )
 
 
 def compiler_versions() -> dict[str, str | None]:
@@ -254,21 +259,35 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     chips = len(devices)
     mesh = mesh_lib.make_mesh(fsdp, tp, devices=devices)
     figures = chip_figures(config.slice_name)
-    base = dict(config=config.to_dict(), fsdp=fsdp, tp=tp, chips=chips, hbm_bytes=figures["hbm_bytes"],
-                peak_flops=figures["peak_flops"], mfu=config.mfu)
+    base = dict(
+        config=config.to_dict(),
+        fsdp=fsdp,
+        tp=tp,
+        chips=chips,
+        hbm_bytes=figures["hbm_bytes"],
+        peak_flops=figures["peak_flops"],
+        mfu=config.mfu,
+    )
     t0 = time.perf_counter()
     try:
         lowered, lora_count = lower_train_step(config, mesh, preset)
     except ValueError as e:  # a kernel that refuses the shapes (Tunix's splash on KV-shared layers)
-        return PlanReport(**base, compiles=False, error=f"does not lower: {compiler_reason(e)}",
-                          compile_s=time.perf_counter() - t0)
+        return PlanReport(
+            **base, compiles=False, error=f"does not lower: {compiler_reason(e)}", compile_s=time.perf_counter() - t0
+        )
     constraints = count_sharding_constraints(lowered)
     try:
         with core.compile_cache_off():
             compiled = lowered.compile()
     except Exception as e:  # the TPU compiler's verdict on this configuration
-        return PlanReport(**base, compiles=False, error=compiler_reason(e), lora_params=int(lora_count),
-                          activation_constraints=constraints, compile_s=time.perf_counter() - t0)
+        return PlanReport(
+            **base,
+            compiles=False,
+            error=compiler_reason(e),
+            lora_params=int(lora_count),
+            activation_constraints=constraints,
+            compile_s=time.perf_counter() - t0,
+        )
     compile_s = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -280,11 +299,23 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     # At the assumed MFU, with the splash kernels' FLOPs the compiler does not count.
     step_s = (flops + splash_kernel_flops_per_chip(config)) / (figures["peak_flops"] * config.mfu)
     return PlanReport(
-        **base, compiles=True, argument_bytes=args, output_bytes=out, alias_bytes=alias, temp_bytes=temp,
-        code_bytes=code, total_bytes=args + out - alias + temp + code, flops_per_chip=flops,
-        tokens_per_step=tokens, flops_per_token=flops * chips / tokens, predicted_step_s=step_s,
-        predicted_tokens_per_s=tokens / step_s if step_s else 0.0, lora_params=int(lora_count),
-        activation_constraints=constraints, compile_s=compile_s,
+        **base,
+        compiles=True,
+        argument_bytes=args,
+        output_bytes=out,
+        alias_bytes=alias,
+        temp_bytes=temp,
+        code_bytes=code,
+        total_bytes=args + out - alias + temp + code,
+        flops_per_chip=flops,
+        tokens_per_step=tokens,
+        flops_per_token=flops * chips / tokens,
+        predicted_step_s=step_s,
+        predicted_tokens_per_s=tokens / step_s if step_s else 0.0,
+        lora_params=int(lora_count),
+        activation_constraints=constraints,
+        compile_s=compile_s,
         host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        bytes_accessed=float(cost.get("bytes accessed", 0.0)), compiler_step_s=float(cost.get("optimal_seconds", 0.0)),
+        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+        compiler_step_s=float(cost.get("optimal_seconds", 0.0)),
     )

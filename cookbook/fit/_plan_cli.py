@@ -38,12 +38,16 @@ def register_cli(sub) -> None:
     )
     d = _DEFAULTS
     p.add_argument("--preset", dest="model_preset", default=d.model_preset, help="model preset (tiny, gemma4_31b, ...)")
-    p.add_argument("--slice", dest="slice_name", default=d.slice_name,
-                   help=f"TPU slice: {', '.join(core.SLICES)}")
-    p.add_argument("--recommended", action="store_true",
-                   help="print the recommended training layout for --preset on --slice as JSON, compile nothing")
+    p.add_argument("--slice", dest="slice_name", default=d.slice_name, help=f"TPU slice: {', '.join(core.SLICES)}")
+    p.add_argument(
+        "--recommended",
+        action="store_true",
+        help="print the recommended training layout for --preset on --slice as JSON, compile nothing",
+    )
     p.add_argument("--fsdp", dest="mesh_fsdp", type=int, default=d.mesh_fsdp, help="fsdp axis size (default: chosen)")
-    p.add_argument("--tp", dest="mesh_tp", type=int, default=d.mesh_tp, help="tensor-parallel axis size (default: chosen)")
+    p.add_argument(
+        "--tp", dest="mesh_tp", type=int, default=d.mesh_tp, help="tensor-parallel axis size (default: chosen)"
+    )
     p.add_argument("--batch", dest="batch_size", type=int, default=d.batch_size, help="global batch per micro-step")
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--remat", default=d.remat, choices=list(models.REMAT_CHOICES))
@@ -51,25 +55,41 @@ def register_cli(sub) -> None:
     p.add_argument("--block", dest="flash_block", type=int, default=d.flash_block, help="splash attention block size")
     p.add_argument("--rank", type=int, default=_LORA.rank, help="LoRA rank")
     p.add_argument("--alpha", type=float, default=_LORA.alpha, help="LoRA alpha")
-    p.add_argument("--quantize", default=d.quantize, choices=["nf4", "int8", "fp8"],
-                   help="QLoRA: compile with the frozen base quantized")
+    p.add_argument(
+        "--quantize",
+        default=d.quantize,
+        choices=["nf4", "int8", "fp8"],
+        help="QLoRA: compile with the frozen base quantized",
+    )
     p.add_argument("--quant-tile", type=int, default=d.quant_tile, help="QLoRA quantization tile")
     p.add_argument("--mfu", type=float, default=d.mfu, help="assumed MFU for the predicted speed")
     p.add_argument("--json", default=None, help="also write the report (or the search) to this JSON file")
     g = p.add_argument_group("layout search (--search, --cheapest)")
     g.add_argument("--search", action="store_true", help="compile and rank the candidate layouts on --slice")
-    g.add_argument("--cheapest", action="store_true",
-                   help=f"search each of {', '.join(SINGLE_HOST_SLICES)} and name the cheapest per 1M tokens")
+    g.add_argument(
+        "--cheapest",
+        action="store_true",
+        help=f"search each of {', '.join(SINGLE_HOST_SLICES)} and name the cheapest per 1M tokens",
+    )
     g.add_argument("--slices", default=",".join(SINGLE_HOST_SLICES), help="slices for --cheapest")
     g.add_argument("--meshes", default=None, help="fsdp x tp shapes to try, e.g. 1x4,2x2 (default: every valid one)")
     g.add_argument("--remats", default="none,decoder", help="remat choices to try")
     g.add_argument("--attentions", default="dense,splash512", help="attentions to try: dense, splash<block>")
     g.add_argument("--quantizes", default="none", help="bases to try: none (bf16), nf4, int8, fp8")
-    g.add_argument("--grow-batch", type=int, default=SearchSpace.grow_batch,
-                   help="then double the best layout's batch up to this many times while it fits")
+    g.add_argument(
+        "--grow-batch",
+        type=int,
+        default=SearchSpace.grow_batch,
+        help="then double the best layout's batch up to this many times while it fits",
+    )
     g.add_argument("--workers", type=int, default=1, help="compiles at a time, each in its own process")
-    g.add_argument("--price", action="append", default=[], metavar="PLATFORM[:PRICING]=USD_PER_HOUR",
-                   help="a price the table lacks or you pay instead, e.g. tpu-v5e-8=9.6 (repeatable)")
+    g.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="PLATFORM[:PRICING]=USD_PER_HOUR",
+        help="a price the table lacks or you pay instead, e.g. tpu-v5e-8=9.6 (repeatable)",
+    )
     p.set_defaults(func=_cli)
 
 
@@ -81,6 +101,7 @@ def config_from_args(args) -> PlanConfig:
 
 def space_from_args(args) -> SearchSpace:
     """The search space of ``--meshes/--remats/--attentions/--quantizes`` (ValueError names a bad item)."""
+
     def items(text: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -96,8 +117,13 @@ def space_from_args(args) -> SearchSpace:
     bad = [q for q in quantize if q not in (None, "nf4", "int8", "fp8")]
     if bad:
         raise ValueError(f"--quantizes: {bad[0]!r} is not one of none, nf4, int8, fp8")
-    return SearchSpace(meshes=meshes, remats=items(args.remats), attentions=items(args.attentions),
-                       quantize=quantize, grow_batch=args.grow_batch)
+    return SearchSpace(
+        meshes=meshes,
+        remats=items(args.remats),
+        attentions=items(args.attentions),
+        quantize=quantize,
+        grow_batch=args.grow_batch,
+    )
 
 
 def _search_cli(args) -> int:
@@ -118,9 +144,15 @@ def _search_cli(args) -> int:
     data = results_dict(results, machine="this host (deviceless AOT compile)", overrides=overrides)
     if args.cheapest:
         win = data["cheapest"]["winner"]
-        print("\ncheapest: " + (f"{win['slice']}, {win['layout']}: ${win['usd_per_million_tokens']:.3f} per 1M "
-                                f"tokens at {win['estimated_tokens_per_s']:,.0f} tokens/s (compiler's estimate)"
-                                if win else "no priced slice fits"))
+        print(
+            "\ncheapest: "
+            + (
+                f"{win['slice']}, {win['layout']}: ${win['usd_per_million_tokens']:.3f} per 1M "
+                f"tokens at {win['estimated_tokens_per_s']:,.0f} tokens/s (compiler's estimate)"
+                if win
+                else "no priced slice fits"
+            )
+        )
         for row in data["cheapest"]["slices"]:
             if row.get("why"):
                 print(f"  {row['slice']}: {row['why']}")

@@ -17,8 +17,15 @@ from cookbook import lora as lora_lib
 from cookbook.fit._layouts import DEFAULT_MFU, SAFETY_MARGIN
 
 # The planner's first field names (still in committed results): old name -> new name.
-LEGACY_NAMES = {"preset": "model_preset", "fsdp": "mesh_fsdp", "tp": "mesh_tp", "batch": "batch_size",
-                "flash": "flash_attention", "block": "flash_block", "dtype": "param_dtype"}
+LEGACY_NAMES = {
+    "preset": "model_preset",
+    "fsdp": "mesh_fsdp",
+    "tp": "mesh_tp",
+    "batch": "batch_size",
+    "flash": "flash_attention",
+    "block": "flash_block",
+    "dtype": "param_dtype",
+}
 _LEGACY_LORA = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_targets": "targets"}
 
 
@@ -77,12 +84,24 @@ class PlanConfig:
     @classmethod
     def from_train_config(cls, train, slice_name: str, **changes: Any) -> PlanConfig:
         """The fit check of a ``cookbook.train.TrainConfig`` on ``slice_name``."""
-        return cls(model_preset=train.model_preset, slice_name=slice_name, mesh_fsdp=train.mesh_fsdp,
-                   mesh_tp=train.mesh_tp, batch_size=train.data.batch_size, seq_len=train.data.seq_len,
-                   remat=train.remat, flash_attention=train.flash_attention, flash_block=train.flash_block,
-                   lora=dataclasses.replace(train.lora, dropout=0.0), learning_rate=train.learning_rate,
-                   weight_decay=train.weight_decay, param_dtype=train.param_dtype, quantize=train.quantize,
-                   quant_tile=train.quant_tile, **changes)
+        return cls(
+            model_preset=train.model_preset,
+            slice_name=slice_name,
+            mesh_fsdp=train.mesh_fsdp,
+            mesh_tp=train.mesh_tp,
+            batch_size=train.data.batch_size,
+            seq_len=train.data.seq_len,
+            remat=train.remat,
+            flash_attention=train.flash_attention,
+            flash_block=train.flash_block,
+            lora=dataclasses.replace(train.lora, dropout=0.0),
+            learning_rate=train.learning_rate,
+            weight_decay=train.weight_decay,
+            param_dtype=train.param_dtype,
+            quantize=train.quantize,
+            quant_tile=train.quant_tile,
+            **changes,
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,8 +183,9 @@ class PlanReport:
     def estimated_tokens_per_s(self) -> float:
         return self.tokens_per_step / self.estimated_step_s if self.estimated_step_s else 0.0
 
-    def usd_per_million_tokens(self, pricing: str = "on_demand",
-                               overrides: dict[str, float] | None = None) -> float | None:
+    def usd_per_million_tokens(
+        self, pricing: str = "on_demand", overrides: dict[str, float] | None = None
+    ) -> float | None:
         """Cost of a million trained tokens at :attr:`estimated_tokens_per_s` on this slice's
         price (``cookbook.core`` price table, with ``overrides``); None where the price is unknown."""
         from cookbook import core
@@ -194,9 +214,14 @@ class PlanReport:
         d = dataclasses.asdict(self)
         d["fits"] = self.fits
         d["fits_with_margin"] = self.fits_with_margin
-        d.update(kernel_flops_per_chip=self.kernel_flops_per_chip, flop_floor_s=self.flop_floor_s, estimated_step_s=self.estimated_step_s,
-                 estimate_bound=self.estimate_bound, estimated_tokens_per_s=self.estimated_tokens_per_s,
-                 usd_per_million_tokens=self.usd_per_million_tokens())
+        d.update(
+            kernel_flops_per_chip=self.kernel_flops_per_chip,
+            flop_floor_s=self.flop_floor_s,
+            estimated_step_s=self.estimated_step_s,
+            estimate_bound=self.estimate_bound,
+            estimated_tokens_per_s=self.estimated_tokens_per_s,
+            usd_per_million_tokens=self.usd_per_million_tokens(),
+        )
         return d
 
     def summary(self) -> str:
@@ -217,14 +242,18 @@ class PlanReport:
             f"{'fits' if self.fits else 'DOES NOT FIT'}\n"
             f"  {_si(self.flops_per_chip)}FLOP per chip per step, "
             f"{_si(self.flops_per_token)}FLOP per trained token"
-            + (f" (+ {_si(self.kernel_flops_per_chip)}FLOP per chip in splash kernels the compiler does not count)"
-               if self.kernel_flops_per_chip else "") + f"; at {self.mfu:.0%} MFU: "
+            + (
+                f" (+ {_si(self.kernel_flops_per_chip)}FLOP per chip in splash kernels the compiler does not count)"
+                if self.kernel_flops_per_chip
+                else ""
+            )
+            + f"; at {self.mfu:.0%} MFU: "
             f"{self.predicted_step_s:.4g} s/step, {self.predicted_tokens_per_s:,.0f} tokens/s "
             f"(a prediction: real speed is measured only on a TPU)\n"
             f"  compiler's estimate: {self.estimated_step_s:.4g} s/step, {self.estimated_tokens_per_s:,.0f} tokens/s "
             f"(set by the {self.estimate_bound}; {_si(self.bytes_accessed)}B accessed per chip)"
-            + (f", ${cost:.3g} per 1M tokens on demand\n" if (cost := self.usd_per_million_tokens()) else "\n") +
-            f"  LoRA parameters {self.lora_params:,}; activation sharding constraints applied: "
+            + (f", ${cost:.3g} per 1M tokens on demand\n" if (cost := self.usd_per_million_tokens()) else "\n")
+            + f"  LoRA parameters {self.lora_params:,}; activation sharding constraints applied: "
             f"{self.activation_constraints}; compiled in {self.compile_s:.1f} s"
         )
 

@@ -77,8 +77,6 @@ def plot_reports(reports: list[PlanReport], title: str = ""):
     return fig
 
 
-
-
 def plot_search(results, title: str = ""):
     """Per slice, each layout's estimated tokens/s against its per-chip HBM (``cookbook.fit.search``):
     ranked layouts filled, dropped ones hollow, the margin as a line."""
@@ -93,20 +91,35 @@ def plot_search(results, title: str = ""):
             c = r.plan_config
             color = {"none": "tab:blue", "block": "tab:orange", "decoder": "tab:green"}.get(c.remat, "tab:gray")
             marker = "s" if c.quantize else ("o" if c.flash_attention else "^")
-            ax.scatter(r.total_bytes / 2**30, r.estimated_tokens_per_s, color=color, marker=marker,
-                       facecolors=color if name in ranked else "none", s=40)
+            ax.scatter(
+                r.total_bytes / 2**30,
+                r.estimated_tokens_per_s,
+                color=color,
+                marker=marker,
+                facecolors=color if name in ranked else "none",
+                s=40,
+            )
             if res.ranked and name == res.ranked[0]:
-                ax.annotate("best", (r.total_bytes / 2**30, r.estimated_tokens_per_s), textcoords="offset points",
-                            xytext=(6, 4), fontsize=8)
+                ax.annotate(
+                    "best",
+                    (r.total_bytes / 2**30, r.estimated_tokens_per_s),
+                    textcoords="offset points",
+                    xytext=(6, 4),
+                    fontsize=8,
+                )
         hbm = next((r.hbm_bytes for r in res.reports.values() if r.hbm_bytes), 0.0) / 2**30
         ax.axvline(res.margin * hbm, color="red", linestyle="--", linewidth=1)
         ax.set_title(f"{res.slice_name} ({hbm:.0f} GiB per chip)", fontsize=10)
         ax.set_xlabel("GiB per chip (compiled)")
     axes[0][0].set_ylabel("est. tokens/s (compiler)")
-    handles = [plt.Line2D([], [], color=c, marker="o", linestyle="", label=f"remat {n}")
-               for n, c in (("none", "tab:blue"), ("block", "tab:orange"), ("decoder", "tab:green"))]
-    handles += [plt.Line2D([], [], color="k", marker=m, linestyle="", markerfacecolor="none", label=n)
-                for m, n in (("o", "splash"), ("^", "dense"), ("s", "nf4 base"))]
+    handles = [
+        plt.Line2D([], [], color=c, marker="o", linestyle="", label=f"remat {n}")
+        for n, c in (("none", "tab:blue"), ("block", "tab:orange"), ("decoder", "tab:green"))
+    ]
+    handles += [
+        plt.Line2D([], [], color="k", marker=m, linestyle="", markerfacecolor="none", label=n)
+        for m, n in (("o", "splash"), ("^", "dense"), ("s", "nf4 base"))
+    ]
     handles.append(plt.Line2D([], [], color="red", linestyle="--", label="margin (80% HBM)"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle(title)

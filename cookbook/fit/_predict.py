@@ -61,8 +61,13 @@ def _entry_config(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {LEGACY_NAMES.get(k, k): v for k, v in merged.items()}
 
 
-def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_31b",
-                      slice_name: str = "v5p-8", prefer: Mapping[str, Any] | None = None) -> PlanFigures | None:
+def load_plan_figures(
+    path: str | Path | None = None,
+    *,
+    preset: str = "gemma4_31b",
+    slice_name: str = "v5p-8",
+    prefer: Mapping[str, Any] | None = None,
+) -> PlanFigures | None:
     """The planner's compiled figures for ``preset`` on ``slice_name``, or None if absent.
 
     Reads what ``cookbook plan --json`` / ``benchmarks/plan_search.py`` write (``PlanReport``
@@ -82,15 +87,21 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
         candidates = [data["results"][picked]]
     else:
         candidates = _plan_entries(data)
-    entries = [e for e in candidates
-               if e.get("compiles", True) and not e.get("crashed")
-               and not _entry_config(e).get("num_layers")  # reduced-depth experiments are not 31B
-               and _entry_config(e).get("model_preset", preset) == preset
-               and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name)))
-               .removeprefix("tpu-") == slice_name]
+    entries = [
+        e
+        for e in candidates
+        if e.get("compiles", True)
+        and not e.get("crashed")
+        and not _entry_config(e).get("num_layers")  # reduced-depth experiments are not 31B
+        and _entry_config(e).get("model_preset", preset) == preset
+        and str(_entry_config(e).get("slice_name", _entry_config(e).get("slice", slice_name))).removeprefix("tpu-")
+        == slice_name
+    ]
     if not entries:
-        raise ValueError(f"{path}: no compiled plan for {preset} on {slice_name}; "
-                         f"run `cookbook plan --preset {preset} --slice {slice_name} --json {path}`")
+        raise ValueError(
+            f"{path}: no compiled plan for {preset} on {slice_name}; "
+            f"run `cookbook plan --preset {preset} --slice {slice_name} --json {path}`"
+        )
     want: Mapping[str, Any] = {LEGACY_NAMES.get(k, k): v for k, v in (prefer or {}).items()}
     if prefer is None:
         try:
@@ -122,18 +133,28 @@ def load_plan_figures(path: str | Path | None = None, *, preset: str = "gemma4_3
         compiler_step = report.estimated_step_s if report.has_compiler_estimate and report.peak_flops else None
     total = entry.get("total_bytes")
     layout = ", ".join(f"{k} {c[k]}" for k in keys if k in c)
-    return PlanFigures(preset=preset, platform=f"tpu-{slice_name}", tflop_per_chip_per_step=tflop,
-                       tokens_per_step=int(tokens),
-                       peak_hbm_gib_per_chip=float(total) / 2**30 if total else None,
-                       source=f"cookbook plan (deviceless compile; {layout}), {path.name}",
-                       compiler_step_s=compiler_step)
+    return PlanFigures(
+        preset=preset,
+        platform=f"tpu-{slice_name}",
+        tflop_per_chip_per_step=tflop,
+        tokens_per_step=int(tokens),
+        peak_hbm_gib_per_chip=float(total) / 2**30 if total else None,
+        source=f"cookbook plan (deviceless compile; {layout}), {path.name}",
+        compiler_step_s=compiler_step,
+    )
 
 
 ESTIMATES = ("compiler", "mfu")  # what sets a predicted step time
 
 
-def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_fraction: float = 1.0,
-                    paper_tokens_per_s: float | None = None, estimate: str = "mfu") -> dict[str, Any]:
+def predicted_speed(
+    plan: PlanFigures,
+    *,
+    mfu: float = DEFAULT_MFU,
+    real_token_fraction: float = 1.0,
+    paper_tokens_per_s: float | None = None,
+    estimate: str = "mfu",
+) -> dict[str, Any]:
     """Tokens/s for ``plan``, with the step time from ``estimate``:
 
     - ``"mfu"``: TFLOP per chip per step / (chip peak x ``mfu``), an assumed utilisation;
@@ -150,21 +171,32 @@ def predicted_speed(plan: PlanFigures, *, mfu: float = DEFAULT_MFU, real_token_f
     peak = chip.peak_bf16_tflops_per_chip
     if estimate == "compiler":
         if not plan.compiler_step_s:
-            raise ValueError(f"{plan.source} has no compiler estimate (compiled before the planner read "
-                             "optimal_seconds, or libtpu's deviceless cost model answered a negative one, "
-                             "as it does for 31B on v5e and v6e): use estimate='mfu'")
+            raise ValueError(
+                f"{plan.source} has no compiler estimate (compiled before the planner read "
+                "optimal_seconds, or libtpu's deviceless cost model answered a negative one, "
+                "as it does for 31B on v5e and v6e): use estimate='mfu'"
+            )
         step_s = plan.compiler_step_s
-        how = (f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds plus the splash "
-               f"kernels' FLOPs at peak, never below the FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%}"
-               " of bf16 peak), not a measurement")
+        how = (
+            f"step {step_s:.3g} s: the TPU compiler's estimate (cost_analysis optimal_seconds plus the splash "
+            f"kernels' FLOPs at peak, never below the FLOP floor; {plan.tflop_per_chip_per_step / (step_s * peak):.0%}"
+            " of bf16 peak), not a measurement"
+        )
     else:
         step_s = plan.tflop_per_chip_per_step / (peak * mfu)
         how = f"MFU {mfu:.0%} of {peak:.0f} TFLOP/s bf16 peak per chip (assumed)"
-    implied = None if paper_tokens_per_s is None else (
-        paper_tokens_per_s * plan.tflop_per_chip_per_step / (plan.tokens_per_step * peak))
+    implied = (
+        None
+        if paper_tokens_per_s is None
+        else (paper_tokens_per_s * plan.tflop_per_chip_per_step / (plan.tokens_per_step * peak))
+    )
     return {
-        "tokens_per_s": plan.tokens_per_step * real_token_fraction / step_s, "step_s": step_s,
-        "platform": plan.platform, "basis": plan.source, "paper_implied_mfu": implied, "estimate": estimate,
+        "tokens_per_s": plan.tokens_per_step * real_token_fraction / step_s,
+        "step_s": step_s,
+        "platform": plan.platform,
+        "basis": plan.source,
+        "paper_implied_mfu": implied,
+        "estimate": estimate,
         "assumptions": [
             f"{plan.tflop_per_chip_per_step:.1f} TFLOP per chip per step of {plan.tokens_per_step} tokens "
             f"(compiled for {plan.platform}, no TPU used: {plan.source})",
@@ -182,7 +214,10 @@ def training_tokens_per_s(preset: str = "gemma4_31b", slice_name: str = "v5p-8")
     except (ValueError, FileNotFoundError):
         plan = None
     if plan is None:
-        return {"tokens_per_s": core.PAPER_TRAINING_RUNS["tpu-v5p-8"]["train_tokens_per_s"], "basis": "paper's measured tokens/s (planner output not found)"}
+        return {
+            "tokens_per_s": core.PAPER_TRAINING_RUNS["tpu-v5p-8"]["train_tokens_per_s"],
+            "basis": "paper's measured tokens/s (planner output not found)",
+        }
     speed = predicted_speed(plan)
     return {"tokens_per_s": float(speed["tokens_per_s"]), "basis": str(speed["basis"])}
 
@@ -202,6 +237,10 @@ def paper_speed_in_context(preset: str = "gemma4_31b", slice_name: str = "v5p-8"
     chips = chip.chips
     paper = core.PAPER_TRAINING_RUNS[plan.platform]["train_tokens_per_s"]
     floor = predicted_speed(plan, mfu=1.0, paper_tokens_per_s=paper)
-    return {"layout": plan.source, "gflop_per_token": plan.tflop_per_chip_per_step * 1e3 * chips / plan.tokens_per_step,
-            "floor_tokens_per_s": floor["tokens_per_s"], "paper_tokens_per_s": paper,
-            "paper_mfu_on_this_layout": floor["paper_implied_mfu"]}
+    return {
+        "layout": plan.source,
+        "gflop_per_token": plan.tflop_per_chip_per_step * 1e3 * chips / plan.tokens_per_step,
+        "floor_tokens_per_s": floor["tokens_per_s"],
+        "paper_tokens_per_s": paper,
+        "paper_mfu_on_this_layout": floor["paper_implied_mfu"],
+    }

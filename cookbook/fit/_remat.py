@@ -72,7 +72,6 @@ def measure_remat(
     import optax
     from flax import nnx
 
-
     previous = [cfg.remat_config for cfg in models.tunix_configs(model)]
     data = example_batch(batch, seq_len, model.config.num_embed)
     tx = optax.adamw(learning_rate)

@@ -50,8 +50,18 @@ SINGLE_HOST_SLICES = ("v5e-8", "v6e-4", "v6e-8", "v5p-8")
 # What validate_extrapolation compares.
 VALIDATED = ("total_bytes", "temp_bytes", "argument_bytes", "flops_per_chip", "compiler_step_s")
 # Figures a compiled report gives per chip that grow with depth.
-_DEPTH_LINEAR = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "flops_per_chip",
-                 "bytes_accessed", "compiler_step_s", "lora_params", "activation_constraints")
+_DEPTH_LINEAR = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "code_bytes",
+    "flops_per_chip",
+    "bytes_accessed",
+    "compiler_step_s",
+    "lora_params",
+    "activation_constraints",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -87,7 +97,9 @@ def parse_attention(name: str) -> tuple[bool, int]:
 
 def layout_name(c: PlanConfig, fsdp: int, tp: int) -> str:
     attention = f"splash{c.flash_block}" if c.flash_attention else "dense"
-    return f"{c.slice_name}/{fsdp}x{tp}/b{c.batch_size}/{c.remat}/{attention}" + (f"/{c.quantize}" if c.quantize else "")
+    return f"{c.slice_name}/{fsdp}x{tp}/b{c.batch_size}/{c.remat}/{attention}" + (
+        f"/{c.quantize}" if c.quantize else ""
+    )
 
 
 def candidates(base: PlanConfig, space: SearchSpace) -> dict[str, PlanConfig]:
@@ -103,11 +115,19 @@ def candidates(base: PlanConfig, space: SearchSpace) -> dict[str, PlanConfig]:
     for r in space.remats:
         models.get_remat_choice(r)
     out = {}
-    for (fsdp, tp), remat, attention, k, q in itertools.product(meshes, space.remats, space.attentions,
-                                                                 space.batch_per_fsdp, space.quantize):
+    for (fsdp, tp), remat, attention, k, q in itertools.product(
+        meshes, space.remats, space.attentions, space.batch_per_fsdp, space.quantize
+    ):
         flash, block = parse_attention(attention)
-        c = base.replace(mesh_fsdp=fsdp, mesh_tp=tp, batch_size=fsdp * k, remat=remat, flash_attention=flash,
-                         flash_block=block, quantize=q)
+        c = base.replace(
+            mesh_fsdp=fsdp,
+            mesh_tp=tp,
+            batch_size=fsdp * k,
+            remat=remat,
+            flash_attention=flash,
+            flash_block=block,
+            quantize=q,
+        )
         out[layout_name(c, fsdp, tp)] = c
     return out
 
@@ -130,23 +150,45 @@ def extrapolate(a: PlanReport, b: PlanReport, config: PlanConfig) -> PlanReport:
     la, lb = a.plan_config.num_layers, b.plan_config.num_layers
     layers = preset_for(config).num_layers
     probe_s = a.compile_s + b.compile_s
-    common = dict(config=config.to_dict(), fsdp=a.fsdp, tp=a.tp, chips=a.chips, hbm_bytes=a.hbm_bytes,
-                  peak_flops=a.peak_flops, mfu=a.mfu, compile_s=probe_s, extrapolated_from=(la, lb),
-                  host_peak_rss_bytes=max(a.host_peak_rss_bytes, b.host_peak_rss_bytes))
+    common = dict(
+        config=config.to_dict(),
+        fsdp=a.fsdp,
+        tp=a.tp,
+        chips=a.chips,
+        hbm_bytes=a.hbm_bytes,
+        peak_flops=a.peak_flops,
+        mfu=a.mfu,
+        compile_s=probe_s,
+        extrapolated_from=(la, lb),
+        host_peak_rss_bytes=max(a.host_peak_rss_bytes, b.host_peak_rss_bytes),
+    )
     if not (a.compiles and b.compiles):
         failed = a if not a.compiles else b
         return PlanReport(**common, compiles=False, error=f"at {failed.plan_config.num_layers} layers: {failed.error}")
     t = (layers - la) / (lb - la)
     v = {k: getattr(a, k) + (getattr(b, k) - getattr(a, k)) * t for k in _DEPTH_LINEAR}
-    for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "lora_params",
-              "activation_constraints"):
+    for k in (
+        "argument_bytes",
+        "output_bytes",
+        "alias_bytes",
+        "temp_bytes",
+        "code_bytes",
+        "lora_params",
+        "activation_constraints",
+    ):
         v[k] = int(round(v[k]))
     tokens = a.tokens_per_step
     step_s = (v["flops_per_chip"] + splash_kernel_flops_per_chip(config)) / (a.peak_flops * a.mfu)
-    return PlanReport(**common, compiles=True, **v,
-                      total_bytes=v["argument_bytes"] + v["output_bytes"] - v["alias_bytes"] + v["temp_bytes"]
-                      + v["code_bytes"], tokens_per_step=tokens, flops_per_token=v["flops_per_chip"] * a.chips / tokens,
-                      predicted_step_s=step_s, predicted_tokens_per_s=tokens / step_s if step_s else 0.0)
+    return PlanReport(
+        **common,
+        compiles=True,
+        **v,
+        total_bytes=v["argument_bytes"] + v["output_bytes"] - v["alias_bytes"] + v["temp_bytes"] + v["code_bytes"],
+        tokens_per_step=tokens,
+        flops_per_token=v["flops_per_chip"] * a.chips / tokens,
+        predicted_step_s=step_s,
+        predicted_tokens_per_s=tokens / step_s if step_s else 0.0,
+    )
 
 
 def compiles_needed(config: PlanConfig) -> list[PlanConfig]:
@@ -194,14 +236,14 @@ def plan_in_subprocess(config: PlanConfig) -> PlanReport:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config.to_dict())], capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config.to_dict())], capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("REPORT")), None)
     if line is None:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:500]
-        return PlanReport(config=config.to_dict(), compiles=False,
-                          error=f"the compile process died (exit {proc.returncode}): {tail}")
-    return report_from_dict(json.loads(line[len("REPORT"):]))
+        return PlanReport(
+            config=config.to_dict(), compiles=False, error=f"the compile process died (exit {proc.returncode}): {tail}"
+        )
+    return report_from_dict(json.loads(line[len("REPORT") :]))
 
 
 def _cached(config: PlanConfig) -> PlanReport | None:
@@ -209,8 +251,14 @@ def _cached(config: PlanConfig) -> PlanReport | None:
     return report_from_dict(json.loads(path.read_text())) if path.is_file() else None
 
 
-def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bool = True,
-                say: Callable[[str], None] = print, cached_only: bool = False) -> dict[PlanConfig, PlanReport]:
+def compile_all(
+    configs: Iterable[PlanConfig],
+    *,
+    workers: int = 1,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+    cached_only: bool = False,
+) -> dict[PlanConfig, PlanReport]:
     """``plan()`` of each config: cached ones at once, the rest in ``workers`` child processes
     (0: in this process), with a progress bar and, after the first compile, the time left.
     ``cached_only``: compile nothing; the configs not in the cache are left out."""
@@ -234,8 +282,10 @@ def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bo
         return done
     known = [r.compile_s for r in done.values() if r.compile_s]
     if known:
-        say(f"{len(todo)} compiles to do ({len(done)} cached); at the cached compiles' mean "
-            f"{sum(known) / len(known):.0f} s each, about {len(todo) * sum(known) / len(known) / 60 / max(workers, 1):.0f} min")
+        say(
+            f"{len(todo)} compiles to do ({len(done)} cached); at the cached compiles' mean "
+            f"{sum(known) / len(known):.0f} s each, about {len(todo) * sum(known) / len(known) / 60 / max(workers, 1):.0f} min"
+        )
     else:
         say(f"{len(todo)} compiles to do ({len(done)} cached); the time left is estimated after the first")
     bar = tqdm(total=len(todo), desc="compiling layouts", disable=not progress)
@@ -245,8 +295,10 @@ def compile_all(configs: Iterable[PlanConfig], *, workers: int = 1, progress: bo
         done[c] = r
         bar.update(1)
         if bar.n == 1 and len(todo) > 1:
-            say(f"first compile took {time.perf_counter() - t0:.0f} s: about "
-                f"{(len(todo) - 1) * (time.perf_counter() - t0) / 60 / max(workers, 1):.0f} min left")
+            say(
+                f"first compile took {time.perf_counter() - t0:.0f} s: about "
+                f"{(len(todo) - 1) * (time.perf_counter() - t0) / 60 / max(workers, 1):.0f} min left"
+            )
 
     try:
         if workers == 0:
@@ -285,8 +337,10 @@ class SearchResult:
             if not r.compiles:
                 out[n] = f"does not compile: {r.error}"
             elif r.total_bytes > self.margin * r.hbm_bytes:
-                out[n] = (f"does not fit with margin: {r.total_bytes / 2**30:.1f} GiB per chip of "
-                          f"{r.hbm_bytes / 2**30:.1f} ({100 * r.total_bytes / r.hbm_bytes:.0f}% > {self.margin:.0%})")
+                out[n] = (
+                    f"does not fit with margin: {r.total_bytes / 2**30:.1f} GiB per chip of "
+                    f"{r.hbm_bytes / 2**30:.1f} ({100 * r.total_bytes / r.hbm_bytes:.0f}% > {self.margin:.0%})"
+                )
         return out
 
     def best(self, *, base_only: bool = False) -> str | None:
@@ -297,31 +351,57 @@ class SearchResult:
     def rows(self, overrides: dict[str, float] | None = None) -> list[dict[str, Any]]:
         """The ranked table (then the dropped layouts, with why); prices with ``overrides``."""
         out = [search_row(n, self.reports[n], rank=rank, overrides=overrides) for rank, n in enumerate(self.ranked, 1)]
-        out += [search_row(n, self.reports[n], rank=None, dropped=why, overrides=overrides)
-                for n, why in self.rejected().items()]
+        out += [
+            search_row(n, self.reports[n], rank=None, dropped=why, overrides=overrides)
+            for n, why in self.rejected().items()
+        ]
         return out
 
 
-def search_row(name: str, r: PlanReport, *, rank: int | None, dropped: str | None = None,
-               overrides: dict[str, float] | None = None) -> dict[str, Any]:
+def search_row(
+    name: str, r: PlanReport, *, rank: int | None, dropped: str | None = None, overrides: dict[str, float] | None = None
+) -> dict[str, Any]:
     """One row of a search table: per-chip HBM, the compiler's estimate beside the FLOP floor."""
     c = r.plan_config
-    row: dict[str, Any] = {"rank": rank or "-", "layout": name, "mesh": f"{r.fsdp or c.mesh_fsdp}x{r.tp or c.mesh_tp}", "batch": c.batch_size,
-                           "remat": c.remat, "attention": f"splash {c.flash_block}" if c.flash_attention else "dense",
-                           "base": c.quantize or "bf16"}
+    row: dict[str, Any] = {
+        "rank": rank or "-",
+        "layout": name,
+        "mesh": f"{r.fsdp or c.mesh_fsdp}x{r.tp or c.mesh_tp}",
+        "batch": c.batch_size,
+        "remat": c.remat,
+        "attention": f"splash {c.flash_block}" if c.flash_attention else "dense",
+        "base": c.quantize or "bf16",
+    }
     if r.compiles:
         cost = r.usd_per_million_tokens(overrides=overrides)
-        row.update({"GiB/chip": round(r.total_bytes / 2**30, 2), "HBM %": round(100 * r.total_bytes / r.hbm_bytes, 1),
-                    "est. s/step": float(f"{r.estimated_step_s:.4g}"), "FLOP floor s/step": float(f"{r.flop_floor_s:.4g}"),
-                    "set by": r.estimate_bound, "depth": "extrapolated" if r.extrapolated_from else "full", "est. tokens/s": round(r.estimated_tokens_per_s),
-                    "$/1M tokens": float(f"{cost:.4g}") if cost is not None else "price unknown"})
+        row.update(
+            {
+                "GiB/chip": round(r.total_bytes / 2**30, 2),
+                "HBM %": round(100 * r.total_bytes / r.hbm_bytes, 1),
+                "est. s/step": float(f"{r.estimated_step_s:.4g}"),
+                "FLOP floor s/step": float(f"{r.flop_floor_s:.4g}"),
+                "set by": r.estimate_bound,
+                "depth": "extrapolated" if r.extrapolated_from else "full",
+                "est. tokens/s": round(r.estimated_tokens_per_s),
+                "$/1M tokens": float(f"{cost:.4g}") if cost is not None else "price unknown",
+            }
+        )
     row["result"] = dropped or "fits"
     return row
 
 
-def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, base: PlanConfig | None = None,
-           workers: int = 1, margin: float = SAFETY_MARGIN, progress: bool = True,
-           say: Callable[[str], None] = print, cached_only: bool = False) -> SearchResult:
+def search(
+    preset: str,
+    slice_name: str,
+    space: SearchSpace = SearchSpace(),
+    *,
+    base: PlanConfig | None = None,
+    workers: int = 1,
+    margin: float = SAFETY_MARGIN,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+    cached_only: bool = False,
+) -> SearchResult:
     """Compile and rank ``space``'s layouts of ``preset`` on ``slice_name`` (see the module doc).
 
     ``base`` gives everything that is not searched (sequence length, LoRA, optimizer);
@@ -331,8 +411,13 @@ def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, 
     """
     base = (base or PlanConfig()).replace(model_preset=preset, slice_name=slice_name)
     layouts = candidates(base, space)
-    probes = compile_all([p for c in layouts.values() for p in compiles_needed(c)], workers=workers,
-                         progress=progress, say=say, cached_only=cached_only)
+    probes = compile_all(
+        [p for c in layouts.values() for p in compiles_needed(c)],
+        workers=workers,
+        progress=progress,
+        say=say,
+        cached_only=cached_only,
+    )
     reports = {n: r for n, c in layouts.items() if (r := full_depth_report(c, probes)) is not None}
     result = SearchResult(preset=preset, slice_name=slice_name, spaces=(space,), reports=reports, margin=margin)
     for _ in range(space.grow_batch):
@@ -344,8 +429,9 @@ def search(preset: str, slice_name: str, space: SearchSpace = SearchSpace(), *, 
         name = layout_name(bigger, result.reports[top].fsdp, result.reports[top].tp)
         if name in reports:
             break
-        more = compile_all(compiles_needed(bigger), workers=min(workers, 2), progress=progress, say=say,
-                           cached_only=cached_only)
+        more = compile_all(
+            compiles_needed(bigger), workers=min(workers, 2), progress=progress, say=say, cached_only=cached_only
+        )
         if (grown := full_depth_report(bigger, more)) is None:
             break
         reports[name] = grown

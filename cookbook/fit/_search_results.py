@@ -21,14 +21,23 @@ def recommended_from(result: SearchResult) -> dict[str, Any] | None:
     r = result.reports[name]
     c = r.plan_config
     layout = {"mesh_fsdp": r.fsdp, "mesh_tp": r.tp, **{k: getattr(c, k) for k in LAYOUT_KEYS[2:]}}
-    return {**layout, "from": name, "hbm_fraction": r.total_bytes / r.hbm_bytes, "flops_per_token": r.flops_per_token,
-            "floor_step_s": r.flop_floor_s, "floor_tokens_per_s": r.tokens_per_step / r.flop_floor_s,
-            "estimated_step_s": r.estimated_step_s, "estimated_tokens_per_s": r.estimated_tokens_per_s,
-            "estimate_bound": r.estimate_bound, "usd_per_million_tokens": r.usd_per_million_tokens()}
+    return {
+        **layout,
+        "from": name,
+        "hbm_fraction": r.total_bytes / r.hbm_bytes,
+        "flops_per_token": r.flops_per_token,
+        "floor_step_s": r.flop_floor_s,
+        "floor_tokens_per_s": r.tokens_per_step / r.flop_floor_s,
+        "estimated_step_s": r.estimated_step_s,
+        "estimated_tokens_per_s": r.estimated_tokens_per_s,
+        "estimate_bound": r.estimate_bound,
+        "usd_per_million_tokens": r.usd_per_million_tokens(),
+    }
 
 
-def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
-             overrides: dict[str, float] | None = None) -> dict[str, Any]:
+def cheapest(
+    results: Sequence[SearchResult], *, pricing: str = "on_demand", overrides: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The slice and layout with the lowest estimated cost per 1M trained tokens that fits with margin.
 
     Per slice, its best layout (any base) and cost; a slice whose price is unknown is listed
@@ -40,15 +49,28 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
     for res in results:
         name = res.best()
         if name is None:
-            rows.append({"slice": res.slice_name, "layout": None,
-                         "why": "no layout fits with margin" if res.reports else "not compiled yet"})
+            rows.append(
+                {
+                    "slice": res.slice_name,
+                    "layout": None,
+                    "why": "no layout fits with margin" if res.reports else "not compiled yet",
+                }
+            )
             continue
         r = res.reports[name]
         cost = r.usd_per_million_tokens(pricing, overrides)
         at_floor = cost * r.flop_floor_s / r.estimated_step_s if cost is not None else None
-        rows.append({"slice": res.slice_name, "layout": name, "estimated_tokens_per_s": r.estimated_tokens_per_s,
-                     "usd_per_million_tokens": cost, "estimate_bound": r.estimate_bound,
-                     "usd_per_million_tokens_at_floor": at_floor, "gib_per_chip": r.total_bytes / 2**30})
+        rows.append(
+            {
+                "slice": res.slice_name,
+                "layout": name,
+                "estimated_tokens_per_s": r.estimated_tokens_per_s,
+                "usd_per_million_tokens": cost,
+                "estimate_bound": r.estimate_bound,
+                "usd_per_million_tokens_at_floor": at_floor,
+                "gib_per_chip": r.total_bytes / 2**30,
+            }
+        )
     priced = [x for x in rows if x.get("usd_per_million_tokens") is not None]
     winner = min(priced, key=lambda x: x["usd_per_million_tokens"]) if priced else None
     # Where the compiler gives no estimate (libtpu's deviceless cost model answers a negative
@@ -59,11 +81,17 @@ def cheapest(results: Sequence[SearchResult], *, pricing: str = "on_demand",
     for x in rows:
         if x.get("layout") and x.get("usd_per_million_tokens") is None and winner:
             x["break_even_usd_per_hour"] = winner["usd_per_million_tokens"] * x["estimated_tokens_per_s"] * 3600 / 1e6
-            x["why"] = (f"price unknown here: it would be cheapest below ${x['break_even_usd_per_hour']:.2f}/h "
-                        f"(give it: --price tpu-{x['slice']}:{pricing}=USD_PER_HOUR)")
-    return {"pricing": pricing, "winner": winner, "winner_at_flop_floor": at_floor and at_floor["slice"],
-            "slices": rows,
-            "price_source": {x["slice"]: _price_source(core, x["slice"], pricing, overrides) for x in rows}}
+            x["why"] = (
+                f"price unknown here: it would be cheapest below ${x['break_even_usd_per_hour']:.2f}/h "
+                f"(give it: --price tpu-{x['slice']}:{pricing}=USD_PER_HOUR)"
+            )
+    return {
+        "pricing": pricing,
+        "winner": winner,
+        "winner_at_flop_floor": at_floor and at_floor["slice"],
+        "slices": rows,
+        "price_source": {x["slice"]: _price_source(core, x["slice"], pricing, overrides) for x in rows},
+    }
 
 
 def _price_source(core, slice_name: str, pricing: str, overrides) -> str:
@@ -74,8 +102,14 @@ def _price_source(core, slice_name: str, pricing: str, overrides) -> str:
     return f"${p.usd_per_hour:.2f}/h ({p.source}, as of {p.as_of})"
 
 
-def results_dict(results: Sequence[SearchResult], *, machine: str, validation: list[dict[str, Any]] | None = None,
-                 pricing: str = "on_demand", overrides: dict[str, float] | None = None) -> dict[str, Any]:
+def results_dict(
+    results: Sequence[SearchResult],
+    *,
+    machine: str,
+    validation: list[dict[str, Any]] | None = None,
+    pricing: str = "on_demand",
+    overrides: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """The committed form of a search over slices (``benchmarks/results/plan_search_<size>.json``).
 
     Shaped like ``benchmarks/plan_31b.py``'s file (``results`` by name, ``recommended`` per
@@ -92,13 +126,21 @@ def results_dict(results: Sequence[SearchResult], *, machine: str, validation: l
     if len(preset) != 1:
         raise ValueError(f"one preset per results file, got {sorted(preset)}")
     out: dict[str, Any] = {
-        "preset": preset.pop(), "compiled_on": datetime.date.today().isoformat(), "machine": machine,
-        "load_average_at_write": os.getloadavg()[0], "versions": compiler_versions(),
+        "preset": preset.pop(),
+        "compiled_on": datetime.date.today().isoformat(),
+        "machine": machine,
+        "load_average_at_write": os.getloadavg()[0],
+        "versions": compiler_versions(),
         # What the cookbook changes in a QLoRA step's program (its quantized rows are stale without it).
         "qlora_step": lora_lib.QLORA_STEP,
-        "margin": results[0].margin, "basis": "compiler's estimate (cost_analysis optimal_seconds, "
+        "margin": results[0].margin,
+        "basis": "compiler's estimate (cost_analysis optimal_seconds, "
         "never below the FLOP floor); per-chip memory and FLOPs from the TPU compiler, no TPU run",
-        "results": {}, "ranked": {}, "dropped": {}, "spaces": {}, "recommended": {},
+        "results": {},
+        "ranked": {},
+        "dropped": {},
+        "spaces": {},
+        "recommended": {},
     }
     for res in results:
         out["results"].update({n: r.to_dict() for n, r in res.reports.items()})
@@ -120,8 +162,15 @@ def load_search(data: dict[str, Any]) -> list[SearchResult]:
     out = []
     for slice_name, spaces in data["spaces"].items():
         mine = {n: r for n, r in reports.items() if r.plan_config.slice_name == slice_name}
-        out.append(SearchResult(preset=data["preset"], slice_name=slice_name, spaces=tuple(SearchSpace.from_dict(s) for s in spaces),
-                                reports=mine, margin=data["margin"]))
+        out.append(
+            SearchResult(
+                preset=data["preset"],
+                slice_name=slice_name,
+                spaces=tuple(SearchSpace.from_dict(s) for s in spaces),
+                reports=mine,
+                margin=data["margin"],
+            )
+        )
     return out
 
 
@@ -134,8 +183,11 @@ def merge_searches(a: SearchResult, b: SearchResult) -> SearchResult:
 
 def validate_extrapolation(full: PlanReport, extrapolated: PlanReport) -> dict[str, Any]:
     """How far the probe extrapolation lands from a full-depth compile of the same layout."""
-    out: dict[str, Any] = {"layout": layout_name(full.plan_config, full.fsdp, full.tp), "config": full.config,
-                           "fits_with_margin": {"full": full.fits_with_margin, "extrapolated": extrapolated.fits_with_margin}}
+    out: dict[str, Any] = {
+        "layout": layout_name(full.plan_config, full.fsdp, full.tp),
+        "config": full.config,
+        "fits_with_margin": {"full": full.fits_with_margin, "extrapolated": extrapolated.fits_with_margin},
+    }
     for k in VALIDATED:
         f, e = getattr(full, k), getattr(extrapolated, k)
         out[k] = {"full": f, "extrapolated": e, "relative_error": (e - f) / f if f else None}
@@ -165,20 +217,39 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
             name = res.best(base_only=True)
             compiled = any(r.compiles for r in res.reports.values())
             # fits: None where no layout compiled for the slice (a search stopped for CPU time).
-            row: dict[str, Any] = {"preset": preset, "slice": s, "fits": (name is not None) if compiled else None,
-                                   "layouts compiled": sum(r.compiles for r in res.reports.values()),
-                                   "search compile s": round(sum(r.compile_s for r in res.reports.values()))}
+            row: dict[str, Any] = {
+                "preset": preset,
+                "slice": s,
+                "fits": (name is not None) if compiled else None,
+                "layouts compiled": sum(r.compiles for r in res.reports.values()),
+                "search compile s": round(sum(r.compile_s for r in res.reports.values())),
+            }
             if name is not None:
                 r = res.reports[name]
-                row.update({"layout": name.split("/", 1)[1], "GiB/chip": round(r.total_bytes / 2**30, 1),
-                            "HBM %": round(100 * r.total_bytes / r.hbm_bytes), "GFLOP/token":
-                            round(r.step_flops_per_chip * r.chips / r.tokens_per_step / 1e9),
-                            "est. tokens/s": round(r.estimated_tokens_per_s), "compile s": round(r.compile_s),
-                            "depth": "extrapolated" if r.extrapolated_from else "full"})
-            row["what would fit"] = ("" if name is not None else _what_would_fit(res, searches, hbm) if compiled
-                                     else "; ".join([f"not compiled yet{f' ({why[s]})' if s in why else ''}: "
-                                                     f"benchmarks/plan_search.py --preset {preset} --slices {s}",
-                                                     *_refused(res)]))
+                row.update(
+                    {
+                        "layout": name.split("/", 1)[1],
+                        "GiB/chip": round(r.total_bytes / 2**30, 1),
+                        "HBM %": round(100 * r.total_bytes / r.hbm_bytes),
+                        "GFLOP/token": round(r.step_flops_per_chip * r.chips / r.tokens_per_step / 1e9),
+                        "est. tokens/s": round(r.estimated_tokens_per_s),
+                        "compile s": round(r.compile_s),
+                        "depth": "extrapolated" if r.extrapolated_from else "full",
+                    }
+                )
+            row["what would fit"] = (
+                ""
+                if name is not None
+                else _what_would_fit(res, searches, hbm)
+                if compiled
+                else "; ".join(
+                    [
+                        f"not compiled yet{f' ({why[s]})' if s in why else ''}: "
+                        f"benchmarks/plan_search.py --preset {preset} --slices {s}",
+                        *_refused(res),
+                    ]
+                )
+            )
             rows.append(row)
     return rows
 
@@ -193,8 +264,10 @@ def _what_would_fit(res: SearchResult, searches: dict[str, SearchResult], hbm: d
     smallest = min(compiled, key=lambda r: r.total_bytes, default=None)
     out = []
     if smallest is not None:
-        out.append(f"bf16 needs {min((r.total_bytes for r in compiled if not r.plan_config.quantize), default=0) / 2**30:.1f} "
-                   f"GiB/chip of {smallest.hbm_bytes / 2**30:.1f}")
+        out.append(
+            f"bf16 needs {min((r.total_bytes for r in compiled if not r.plan_config.quantize), default=0) / 2**30:.1f} "
+            f"GiB/chip of {smallest.hbm_bytes / 2**30:.1f}"
+        )
     if (q := res.best()) is not None:
         r = res.reports[q]
         out.append(f"QLoRA {r.plan_config.quantize}: {r.total_bytes / 2**30:.1f} GiB/chip ({q.split('/', 1)[1]})")

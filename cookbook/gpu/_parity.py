@@ -190,12 +190,18 @@ def _run_parity(
     torch.manual_seed(seed)
     hf_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     trainer = script.build_trainer(
-        model_path=str(base_dir), model=hf_model, train_rows=rows, output_dir=work_dir / "run",
-        recipe_dir=work_dir / "recipe", sft_overrides=CPU_OVERRIDES,
+        model_path=str(base_dir),
+        model=hf_model,
+        train_rows=rows,
+        output_dir=work_dir / "run",
+        recipe_dir=work_dir / "recipe",
+        sft_overrides=CPU_OVERRIDES,
     )
     tied = sum(
-        1 for n, m in trainer.model.named_modules()
-        if n.endswith("v_proj") and hasattr(m, "lora_A")
+        1
+        for n, m in trainer.model.named_modules()
+        if n.endswith("v_proj")
+        and hasattr(m, "lora_A")
         and m.lora_A["default"].weight is _sibling(trainer.model, n, "k_proj").lora_A["default"].weight
     )
     copy_tunix_lora_into_peft(tmodel, trainer.model, p, lora)
@@ -206,9 +212,7 @@ def _run_parity(
     tokens_equal = all(list(a[0]) == list(t["input_ids"]) for a, t in zip(ours, theirs, strict=True))
     labels_mask = [[int(x != -100) for x in t["labels"]] for t in theirs]
     masks_equal = all(list(a[1]) == m for a, m in zip(ours, labels_mask, strict=True))
-    micro = [
-        pad_batch(ours[i : i + micro_batch], seq_len) for i in range(0, n_rows, micro_batch)
-    ]
+    micro = [pad_batch(ours[i : i + micro_batch], seq_len) for i in range(0, n_rows, micro_batch)]
 
     # --- the same loss and gradients on the first micro-batch (the tied K/V lora_A
     # collects both contributions, as Tunix's shared A does)
@@ -277,9 +281,7 @@ def _run_parity(
     after_h = _peft_as_tunix(trainer.model, p)
     diff = max(float(np.max(np.abs(after_t[k] - after_h[k]))) for k in after_t)
     change = max(float(np.max(np.abs(after_t[k] - before[k]))) for k in after_t)
-    rel_diff = _rel_norm(
-        {k: after_t[k] - after_h[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
-    )
+    rel_diff = _rel_norm({k: after_t[k] - after_h[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t})
     control_rel = _rel_norm(
         {k: after_t[k] - after_control[k] for k in after_t}, {k: after_t[k] - before[k] for k in after_t}
     )
@@ -321,11 +323,9 @@ def describe(result: ParityResult) -> dict[str, Any]:
         "max |LoRA weight change|": f"{result.max_lora_weight_change:.2e}",
         "||update diff|| / ||update||": f"{result.rel_lora_update_diff:.2e}",
         "||grad diff|| / ||grad||": f"{result.grad_rel_err:.2e}",
-        "transformers' float32 floor: per-token loss, gradient (vs float64)":
-            f"{result.loss_float32_floor:.2e}, {result.grad_float32_floor:.2e} (bounds: 4x these)",
-        f"control: Tunix vs Tunix from weights x (1 + {result.control_rel_noise:g} noise)":
-            f"max |step loss diff| {result.control_max_step_loss_diff:.2e}, "
-            f"||update diff|| / ||update|| {result.control_rel_lora_update_diff:.2e}",
+        "transformers' float32 floor: per-token loss, gradient (vs float64)": f"{result.loss_float32_floor:.2e}, {result.grad_float32_floor:.2e} (bounds: 4x these)",
+        f"control: Tunix vs Tunix from weights x (1 + {result.control_rel_noise:g} noise)": f"max |step loss diff| {result.control_max_step_loss_diff:.2e}, "
+        f"||update diff|| / ||update|| {result.control_rel_lora_update_diff:.2e}",
         "same tokens / same answer mask": f"{result.tokens_equal} / {result.masks_equal}",
         "loss normalisation": result.loss_normalisation,
     }

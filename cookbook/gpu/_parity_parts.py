@@ -152,8 +152,9 @@ def copy_tunix_lora_into_peft(tunix_model, peft_model, preset: models.ModelPrese
     return len(done)
 
 
-def _peft_as_tunix(peft_model, preset: models.ModelPreset, *, grads: bool = False,
-                   dtype=np.float32) -> dict[str, np.ndarray]:
+def _peft_as_tunix(
+    peft_model, preset: models.ModelPreset, *, grads: bool = False, dtype=np.float32
+) -> dict[str, np.ndarray]:
     """PEFT LoRA weights (or their gradients) in the Tunix layout, keyed like
     ``_tunix_lora_numpy``."""
     tensors = {}
@@ -189,8 +190,12 @@ def _float64_twin(script, peft_model, base_dir: Path, recipe_dir: Path, seed: in
     hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
     moe = (hf_cfg.get("text_config") or hf_cfg).get("enable_moe_block")
     kwargs = {"experts_implementation": "eager"} if moe else {}
-    twin = script.apply_lora(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64, **kwargs),
-                             cfg["lora"], cfg["recipe"], seed=seed)
+    twin = script.apply_lora(
+        AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64, **kwargs),
+        cfg["lora"],
+        cfg["recipe"],
+        seed=seed,
+    )
     src = dict(peft_model.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for name, param in twin.named_parameters(remove_duplicate=False):

@@ -186,8 +186,7 @@ def gpu_batch_layout(config: Any, num_gpus: int) -> tuple[int, int, LossNormalis
         return b, a // num_gpus, "per_micro_batch"
     if b % num_gpus:
         raise ValueError(
-            f"TPU batch {b} (no accumulation) does not split over {num_gpus} GPUs; use a GPU count "
-            f"that divides {b}."
+            f"TPU batch {b} (no accumulation) does not split over {num_gpus} GPUs; use a GPU count that divides {b}."
         )
     return b // num_gpus, 1, "tokens_in_step"
 
@@ -254,13 +253,20 @@ def bitsandbytes_config(quantize: str | None, compute_dtype: str) -> dict[str, A
     if quantize is None:
         return None
     if quantize == "nf4":
-        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": compute_dtype,
-                "bnb_4bit_use_double_quant": False, "bnb_4bit_quant_storage": compute_dtype}
+        return {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_compute_dtype": compute_dtype,
+            "bnb_4bit_use_double_quant": False,
+            "bnb_4bit_quant_storage": compute_dtype,
+        }
     if quantize == "int8":
         return {"load_in_8bit": True}
-    raise ValueError(f"quantize={quantize!r} has no bitsandbytes equivalent for the GPU recipe (bitsandbytes "
-                     "stores nf4/fp4 and int8 weights); train the GPU baseline with quantize='nf4' or 'int8', "
-                     "or without quantization")
+    raise ValueError(
+        f"quantize={quantize!r} has no bitsandbytes equivalent for the GPU recipe (bitsandbytes "
+        "stores nf4/fp4 and int8 weights); train the GPU baseline with quantize='nf4' or 'int8', "
+        "or without quantization"
+    )
 
 
 def derive_gpu_recipe(
@@ -317,8 +323,11 @@ def derive_gpu_recipe(
         "max_grad_norm": config.max_grad_norm or 0.0,  # 0 = no clipping (default would be 1.0)
         # precision and memory
         "bf16": bf16,
-        "gradient_checkpointing": (cluster.gradient_checkpointing if cluster.gradient_checkpointing is not None
-                                   else config.remat != "none" or p.hf_checkpoint is not None),
+        "gradient_checkpointing": (
+            cluster.gradient_checkpointing
+            if cluster.gradient_checkpointing is not None
+            else config.remat != "none" or p.hf_checkpoint is not None
+        ),
         # bookkeeping
         "seed": config.seed,
         "data_seed": config.data.seed,
@@ -367,8 +376,9 @@ def derive_gpu_recipe(
     )
 
 
-def write_gpu_recipe(out_dir: str | Path, recipe: GpuRecipe | None = None, *, overwrite: bool = True,
-                     **derive_kwargs: Any) -> dict[str, Path]:
+def write_gpu_recipe(
+    out_dir: str | Path, recipe: GpuRecipe | None = None, *, overwrite: bool = True, **derive_kwargs: Any
+) -> dict[str, Path]:
     """Write the GPU recipe to ``out_dir``: a new or empty directory, or one it wrote before.
 
     Files: ``sft_config.json`` (``SFTConfig(**json)``), ``lora_config.json``

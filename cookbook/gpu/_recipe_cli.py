@@ -49,12 +49,18 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training preset (cookbook.train.train_preset), e.g. gemma4_31b")
     src.add_argument("--run", help="a `cookbook train` run directory: use its exact config")
-    p.add_argument("--out", required=True, help="directory to write the recipe into: new or empty, or with "
-                                                "--overwrite one that gpu-recipe wrote before")
-    p.add_argument("--overwrite", action="store_true",
-                   help="rewrite the recipe's own files (README.md, recipe.json, train_gpu.py, ...) in a directory "
-                        "gpu-recipe wrote before, keeping everything else there; any other non-empty --out is "
-                        "refused")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="directory to write the recipe into: new or empty, or with --overwrite one that gpu-recipe wrote before",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="rewrite the recipe's own files (README.md, recipe.json, train_gpu.py, ...) in a directory "
+        "gpu-recipe wrote before, keeping everything else there; any other non-empty --out is "
+        "refused",
+    )
     p.add_argument("--num-gpus", type=int, default=2, help="GPUs on the host (default 2, as the paper)")
     p.add_argument("--fsdp-version", type=int, default=2, choices=(1, 2), help="accelerate FSDP version")
     p.add_argument("--no-bf16", action="store_true", help="train in float32 even for bf16 presets")

@@ -23,9 +23,13 @@ def check_recipe_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
     if not out.is_dir() or not any(out.iterdir()):
         return out
     if not ((out / MARKER).is_file() or all((out / n).is_file() for n in RECIPE_FILES)):
-        raise FileExistsError(f"--out {out} is not empty and holds no recipe written by gpu-recipe; refusing to "
-                              "write README.md, recipe.json and train_gpu.py into it. Choose a new or empty --out")
+        raise FileExistsError(
+            f"--out {out} is not empty and holds no recipe written by gpu-recipe; refusing to "
+            "write README.md, recipe.json and train_gpu.py into it. Choose a new or empty --out"
+        )
     if not overwrite:
-        raise FileExistsError(f"--out {out} already holds a GPU recipe; pass --overwrite (overwrite=True) to "
-                              "rewrite its files, or choose another --out")
+        raise FileExistsError(
+            f"--out {out} already holds a GPU recipe; pass --overwrite (overwrite=True) to "
+            "rewrite its files, or choose another --out"
+        )
     return out

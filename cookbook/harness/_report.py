@@ -36,39 +36,105 @@ DEMO_LOG = "demo.json"
 
 
 SECTIONS: tuple[Section, ...] = (
-    Section(prefix="00", title="Quickstart", about="the tiny base model next to 31B, and Tunix vs transformers logit parity",
-            highlights=(r"max_abs_diff", r"num_params|param", r"parity|logit")),
-    Section(prefix="01", title="Mesh setup", about="the runtime found and the (fsdp, tp) mesh chosen, with why",
-            highlights=(r"^mesh$", r"gemma4_31b_meshes", r"tp_bound|reason", r"mesh", r"runtime|device|platform")),
-    Section(prefix="02", title="LoRA naming", about="which projections got adapters on each layer type (the K = V trap)",
-            highlights=(r"coverage|by_kind", r"naive_global_k|qwix_measured", r"peft_measured", r"lora.*param|param.*lora")),
-    Section(prefix="03", title="Sharding fixes", about="per-device memory table; nothing large replicated by accident",
-            highlights=(r"replicated_mib_after", r"max_per_device_mib_after", r"lora_max_per_device",
-                        r"memory|bytes|mib", r"replicat")),
-    Section(prefix="04", title="Remat and the TPU fit check",
-            about="compiled memory and step time per remat choice; the 31B layout search and the cheapest slice",
-            highlights=(r"cheapest", r"remat", r"gib|memory|hbm", r"tflop|flop")),
-    Section(prefix="05", title="Data pipeline", about="packing efficiency against padding; bad-row report",
-            highlights=(r"real_fraction_packed", r"real_fraction_padded$", r"headroom|tokens_per_s",
-                        r"packing|pack", r"padding|pad", r"real")),
-    Section(prefix="06", title="LoRA fine-tuning",
-            about="loss curve; exact match and functional pass@1 (compiled and simulated with Icarus Verilog) "
-                  "before and after",
-            highlights=(r"base_accuracy", r"finetuned_accuracy", r"finetuned_functional_pass1", r"base_functional_pass1",
-                        r"final_eval_loss", r"accuracy|exact", r"loss", r"tokens_per_s|step")),
-    Section(prefix="07", title="Merge", about="merged-model parity with Tunix+LoRA, shard sizes, merge speed and memory",
-            highlights=(r"logit_max_abs_diff|parity|diff", r"largest_shard_bytes|num_shards",
-                        r"extrapolated|rss|memory|gib", r"time|speed|_s$")),
-    Section(prefix="08", title="Serving with vLLM",
-            about="served fine-tuned accuracy and pass@1 / pass@5 (n = 5, T = 0.8) beside the base's; vLLM vs "
-                  "transformers speed: measured on the ~100M small preset (benchmarks/serve_bench.py), the tiny "
-                  "figures are smoke tests where overheads dominate",
-            highlights=(r"served_accuracy", r"^pass_at_k\.pass@", r"small_benchmark_speedup.speedup", r"smoke_speedup",
-                        r"ttft",
-                        r"base_accuracy",
-                        r"throughput|tokens_per_s", r"accuracy")),
-    Section(prefix="09", title="Cost comparison", about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
-            highlights=(r"^train_cost_ratio$", r"total_cost_ratio", r"break_even", r"ratio", r"usd|cost")),
+    Section(
+        prefix="00",
+        title="Quickstart",
+        about="the tiny base model next to 31B, and Tunix vs transformers logit parity",
+        highlights=(r"max_abs_diff", r"num_params|param", r"parity|logit"),
+    ),
+    Section(
+        prefix="01",
+        title="Mesh setup",
+        about="the runtime found and the (fsdp, tp) mesh chosen, with why",
+        highlights=(r"^mesh$", r"gemma4_31b_meshes", r"tp_bound|reason", r"mesh", r"runtime|device|platform"),
+    ),
+    Section(
+        prefix="02",
+        title="LoRA naming",
+        about="which projections got adapters on each layer type (the K = V trap)",
+        highlights=(r"coverage|by_kind", r"naive_global_k|qwix_measured", r"peft_measured", r"lora.*param|param.*lora"),
+    ),
+    Section(
+        prefix="03",
+        title="Sharding fixes",
+        about="per-device memory table; nothing large replicated by accident",
+        highlights=(
+            r"replicated_mib_after",
+            r"max_per_device_mib_after",
+            r"lora_max_per_device",
+            r"memory|bytes|mib",
+            r"replicat",
+        ),
+    ),
+    Section(
+        prefix="04",
+        title="Remat and the TPU fit check",
+        about="compiled memory and step time per remat choice; the 31B layout search and the cheapest slice",
+        highlights=(r"cheapest", r"remat", r"gib|memory|hbm", r"tflop|flop"),
+    ),
+    Section(
+        prefix="05",
+        title="Data pipeline",
+        about="packing efficiency against padding; bad-row report",
+        highlights=(
+            r"real_fraction_packed",
+            r"real_fraction_padded$",
+            r"headroom|tokens_per_s",
+            r"packing|pack",
+            r"padding|pad",
+            r"real",
+        ),
+    ),
+    Section(
+        prefix="06",
+        title="LoRA fine-tuning",
+        about="loss curve; exact match and functional pass@1 (compiled and simulated with Icarus Verilog) "
+        "before and after",
+        highlights=(
+            r"base_accuracy",
+            r"finetuned_accuracy",
+            r"finetuned_functional_pass1",
+            r"base_functional_pass1",
+            r"final_eval_loss",
+            r"accuracy|exact",
+            r"loss",
+            r"tokens_per_s|step",
+        ),
+    ),
+    Section(
+        prefix="07",
+        title="Merge",
+        about="merged-model parity with Tunix+LoRA, shard sizes, merge speed and memory",
+        highlights=(
+            r"logit_max_abs_diff|parity|diff",
+            r"largest_shard_bytes|num_shards",
+            r"extrapolated|rss|memory|gib",
+            r"time|speed|_s$",
+        ),
+    ),
+    Section(
+        prefix="08",
+        title="Serving with vLLM",
+        about="served fine-tuned accuracy and pass@1 / pass@5 (n = 5, T = 0.8) beside the base's; vLLM vs "
+        "transformers speed: measured on the ~100M small preset (benchmarks/serve_bench.py), the tiny "
+        "figures are smoke tests where overheads dominate",
+        highlights=(
+            r"served_accuracy",
+            r"^pass_at_k\.pass@",
+            r"small_benchmark_speedup.speedup",
+            r"smoke_speedup",
+            r"ttft",
+            r"base_accuracy",
+            r"throughput|tokens_per_s",
+            r"accuracy",
+        ),
+    ),
+    Section(
+        prefix="09",
+        title="Cost comparison",
+        about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
+        highlights=(r"^train_cost_ratio$", r"total_cost_ratio", r"break_even", r"ratio", r"usd|cost"),
+    ),
 )
 
 
@@ -101,6 +167,7 @@ class Report:
 
 # --- collecting -----------------------------------------------------------------------
 
+
 def _notebook_stems(notebooks_dir: Path | None) -> list[str]:
     if notebooks_dir is None or not Path(notebooks_dir).is_dir():
         return []
@@ -132,15 +199,20 @@ def collect(run_dir: str | Path, notebooks_dir: str | Path | None = None) -> lis
     log_nbs: dict[str, Any] = log.get("notebooks", {})
     ran = {p.stem for p in run_dir.glob("[0-9][0-9]_*.ipynb")}
     recorded = {p.stem for p in run_dir.glob("[0-9][0-9]_*.json")}
-    stems = sorted(set(_notebook_stems(Path(notebooks_dir)) if notebooks_dir else ran | recorded)
-                   | ran | recorded | set(log_nbs))
+    stems = sorted(
+        set(_notebook_stems(Path(notebooks_dir)) if notebooks_dir else ran | recorded) | ran | recorded | set(log_nbs)
+    )
     out = []
     for section, stem in _sections_for(stems):
         entry = log_nbs.get(stem, {}) if stem else {}
-        r = SectionResult(section=section, notebook=stem, status="ok", seconds=entry.get("seconds"),
-                          executed=stem in ran)
+        r = SectionResult(
+            section=section, notebook=stem, status="ok", seconds=entry.get("seconds"), executed=stem in ran
+        )
         if stem is None:
-            r.status, r.message = "absent", f"Notebook {section.prefix} ({section.title}) is not part of this cookbook yet."
+            r.status, r.message = (
+                "absent",
+                f"Notebook {section.prefix} ({section.title}) is not part of this cookbook yet.",
+            )
         elif entry.get("status") == "failed":
             r.status = "failed"
             r.message = f"{stem} FAILED in this run: {entry.get('error', 'see the executed notebook')}"
@@ -150,10 +222,14 @@ def collect(run_dir: str | Path, notebooks_dir: str | Path | None = None) -> lis
                 r.status, r.message = "empty", f"{stem} ran but its record is empty"
         elif stem in ran or entry.get("status") == "ok":
             r.status = "empty"
-            r.message = (f"{stem} ran but recorded nothing ({run_dir / (stem + '.json')} is missing): "
-                         "the notebook must call cookbook.harness.record(...)")
+            r.message = (
+                f"{stem} ran but recorded nothing ({run_dir / (stem + '.json')} is missing): "
+                "the notebook must call cookbook.harness.record(...)"
+            )
         else:
-            why = entry.get("error") or "not run in this run (an earlier notebook failed, or it was left out with --only)"
+            why = (
+                entry.get("error") or "not run in this run (an earlier notebook failed, or it was left out with --only)"
+            )
             r.status, r.message = "not run", f"{stem}: {why}"
         if r.status == "failed" and stem in recorded:
             r.results = json.loads((run_dir / f"{stem}.json").read_text())
@@ -166,6 +242,7 @@ def collect(run_dir: str | Path, notebooks_dir: str | Path | None = None) -> lis
 
 # --- the report -------------------------------------------------------------------------
 
+
 def _section_markdown(r: SectionResult) -> tuple[list[str], list[Plot]]:
     s = r.section
     head = f"## {s.prefix}. {s.title}"
@@ -176,8 +253,12 @@ def _section_markdown(r: SectionResult) -> tuple[list[str], list[Plot]]:
         extra = f" ({r.seconds:.0f} s)" if r.seconds is not None else ""
         lines += [f"Executed notebook: {link}{extra}", ""]
     if r.status != "ok":
-        tag = {"absent": "Not in this cookbook", "not run": "Not run", "failed": "**FAILED**",
-               "empty": "**ERROR: recorded nothing**"}[r.status]
+        tag = {
+            "absent": "Not in this cookbook",
+            "not run": "Not run",
+            "failed": "**FAILED**",
+            "empty": "**ERROR: recorded nothing**",
+        }[r.status]
         lines += [f"> {tag}: {r.message}", ""]
     if r.results:
         body, plots = render_values(r.notebook or s.prefix, r.results, s)
@@ -202,6 +283,7 @@ def _glance(r: SectionResult, per_section: int = 3) -> str:
             break
         if key not in picked:
             picked.append(key)
+
     def short(v: Any) -> str:
         text = fmt_value(v)
         return text if len(text) <= 60 else text[:57] + "..."
@@ -215,38 +297,64 @@ def quality_section(sections: Sequence[SectionResult]) -> list[str]:
     it was trained, and the paper's figures for scale."""
     from cookbook import evaluate
 
-    rows = [{**row, "source": row.get("source") or r.notebook} for r in sections if r.status in ("ok", "failed")
-            for row in (r.results.get("quality") or []) if isinstance(row, dict)]
+    rows = [
+        {**row, "source": row.get("source") or r.notebook}
+        for r in sections
+        if r.status in ("ok", "failed")
+        for row in (r.results.get("quality") or [])
+        if isinstance(row, dict)
+    ]
     if not rows:
         return []
-    lines = ["## Quality, in the paper's form", "",
-             "*Functional pass@k: each completion compiled and simulated with Icarus Verilog against the problem's "
-             "testbench; greedy pass@1, and pass@1 / pass@5 of n samples at temperature 0.8 / top-p 0.95 (unbiased "
-             "estimate), as the paper scored verilog-eval. Exact match: the completion equals the reference text.*", "",
-             *evaluate.quality_table(rows), ""]
+    lines = [
+        "## Quality, in the paper's form",
+        "",
+        "*Functional pass@k: each completion compiled and simulated with Icarus Verilog against the problem's "
+        "testbench; greedy pass@1, and pass@1 / pass@5 of n samples at temperature 0.8 / top-p 0.95 (unbiased "
+        "estimate), as the paper scored verilog-eval. Exact match: the completion equals the reference text.*",
+        "",
+        *evaluate.quality_table(rows),
+        "",
+    ]
     if not any("GPU" in str(row.get("recipe", "")) for row in rows):
-        lines += ["The GPU recipe was not trained for this run: `benchmarks/gpu_recipe_e2e.py` trains it (TRL + PEFT, "
-                  "the TPU run's objective) and adds its row.", ""]
+        lines += [
+            "The GPU recipe was not trained for this run: `benchmarks/gpu_recipe_e2e.py` trains it (TRL + PEFT, "
+            "the TPU run's objective) and adds its row.",
+            "",
+        ]
     return lines
 
 
-def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = "Cookbook run report") -> tuple[str, str, list[Plot]]:
+def render(
+    run_dir: str | Path, sections: Sequence[SectionResult], title: str = "Cookbook run report"
+) -> tuple[str, str, list[Plot]]:
     """(markdown with ``{plot:NAME}`` placeholders, html, plots)."""
     run_dir = Path(run_dir).resolve()
     log = json.loads((run_dir / DEMO_LOG).read_text()) if (run_dir / DEMO_LOG).is_file() else {}
     lines = [f"# {title}", ""]
     if log:
-        lines.append(f"Run `{run_dir.name}`: started {log.get('started', '?')}, "
-                     f"{log.get('total_seconds', 0):.0f} s in all; parameters "
-                     f"{json.dumps(log.get('parameters', {}))}.")
+        lines.append(
+            f"Run `{run_dir.name}`: started {log.get('started', '?')}, "
+            f"{log.get('total_seconds', 0):.0f} s in all; parameters "
+            f"{json.dumps(log.get('parameters', {}))}."
+        )
         env = log.get("environment") or {}
         if env:
             lines.append("Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".")
         lines.append("")
     lines += ["## At a glance", ""]
-    lines += md_table(["notebook", "status", "seconds", "key results"],
-                    [[r.notebook or f"{r.section.prefix} ({r.section.title})", r.status,
-                      "" if r.seconds is None else f"{r.seconds:.0f}", _glance(r)] for r in sections])
+    lines += md_table(
+        ["notebook", "status", "seconds", "key results"],
+        [
+            [
+                r.notebook or f"{r.section.prefix} ({r.section.title})",
+                r.status,
+                "" if r.seconds is None else f"{r.seconds:.0f}",
+                _glance(r),
+            ]
+            for r in sections
+        ],
+    )
     lines.append("")
     lines += quality_section(sections)
     plots: list[Plot] = []
@@ -258,8 +366,13 @@ def render(run_dir: str | Path, sections: Sequence[SectionResult], title: str = 
     return md, to_html(md, plots, title), plots
 
 
-def write_report(run_dir: str | Path, notebooks_dir: str | Path | None = None, *,
-                 strict: bool = True, title: str = "Cookbook run report") -> Report:
+def write_report(
+    run_dir: str | Path,
+    notebooks_dir: str | Path | None = None,
+    *,
+    strict: bool = True,
+    title: str = "Cookbook run report",
+) -> Report:
     """Write ``report.md`` (+ ``report_files/*.png``) and ``report.html`` into ``run_dir``.
 
     With ``strict`` (the default), a notebook that ran but recorded nothing raises

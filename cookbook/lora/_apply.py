@@ -35,17 +35,11 @@ from cookbook.lora._targets import (
 # Parameter counts
 
 
-def _selected_tunix(
-    preset: models.ModelPreset, lora: LoraConfig, allow_partial: bool
-) -> list[Projection]:
-    return matched_projections(
-        qwix_module_path(lora.targets, preset, allow_partial=allow_partial), preset
-    )
+def _selected_tunix(preset: models.ModelPreset, lora: LoraConfig, allow_partial: bool) -> list[Projection]:
+    return matched_projections(qwix_module_path(lora.targets, preset, allow_partial=allow_partial), preset)
 
 
-def expected_lora_params(
-    preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False
-) -> int:
+def expected_lora_params(preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False) -> int:
     """LoRA parameters Qwix creates on the Tunix model for ``lora`` (A and B of each weight).
 
     ``kv_einsum`` (K and V stacked) gets one ``A`` of ``embed x rank`` and a ``B`` of
@@ -59,9 +53,7 @@ def expected_lora_params(
     return total
 
 
-def peft_lora_params(
-    preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False
-) -> int:
+def peft_lora_params(preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False) -> int:
     """LoRA parameters PEFT creates on the transformers model for the same targets and rank."""
     p = models.get_preset(preset)
     r = lora.rank
@@ -71,15 +63,10 @@ def peft_lora_params(
     return total
 
 
-def kv_shared_a_params(
-    preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False
-) -> int:
+def kv_shared_a_params(preset: str | models.ModelPreset, lora: LoraConfig, *, allow_partial: bool = False) -> int:
     """``peft_lora_params - expected_lora_params``: the second ``A`` PEFT has on each stacked K/V."""
     p = models.get_preset(preset)
-    return sum(
-        (len(pr.hf_names) - 1) * lora.rank * pr.in_features
-        for pr in _selected_tunix(p, lora, allow_partial)
-    )
+    return sum((len(pr.hf_names) - 1) * lora.rank * pr.in_features for pr in _selected_tunix(p, lora, allow_partial))
 
 
 def _shape(var) -> tuple[int, ...]:
@@ -103,9 +90,7 @@ def lora_param_shapes(model) -> dict[str, tuple[int, ...]]:
     """``"layers/5/attn/k_einsum/w_lora_a" -> shape`` for every LoRA parameter."""
     from flax import nnx
 
-    return {
-        "/".join(map(str, k)): _shape(v) for k, v in nnx.state(model, nnx.LoRAParam).flat_state()
-    }
+    return {"/".join(map(str, k)): _shape(v) for k, v in nnx.state(model, nnx.LoRAParam).flat_state()}
 
 
 # --------------------------------------------------------------------------------------
@@ -129,16 +114,12 @@ def dummy_inputs(mesh=None, *, seq_len: int = 2) -> dict[str, Any]:
     batch = int(mesh.shape["fsdp"]) if mesh is not None and "fsdp" in mesh.shape else 1
     tokens = jnp.ones((batch, seq_len), jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(seq_len, dtype=jnp.int32), (batch, seq_len))
-    mask = jnp.broadcast_to(
-        jnp.tril(jnp.ones((seq_len, seq_len), jnp.bool_)), (batch, seq_len, seq_len)
-    )
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((seq_len, seq_len), jnp.bool_)), (batch, seq_len, seq_len))
     if mesh is not None:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        tokens, positions = (
-            jax.device_put(x, NamedSharding(mesh, P("fsdp", None))) for x in (tokens, positions)
-        )
+        tokens, positions = (jax.device_put(x, NamedSharding(mesh, P("fsdp", None))) for x in (tokens, positions))
         mask = jax.device_put(mask, NamedSharding(mesh, P("fsdp", None, None)))
     return {"tokens": tokens, "positions": positions, "cache": None, "attention_mask": mask}
 
@@ -288,14 +269,13 @@ def without_lora_dropout(
 
     p = models.get_preset(preset)
     module_path = qwix_module_path(lora.targets, p, allow_partial=allow_partial)
-    provider = lora_provider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile, dropout=0.0),
-                             quantize=quantize)
+    provider = lora_provider(
+        lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile, dropout=0.0), quantize=quantize
+    )
     view = qwix.apply_lora_to_model(lora_model, provider, rngs=nnx.Rngs(0), skip_nnx_init=True)
     got = count_lora_params(view)
     if got != count_lora_params(lora_model) or got == 0:
-        raise LoraApplicationError(
-            f"the dropout-free view has {got:,} LoRA parameters; expected the model's"
-        )
+        raise LoraApplicationError(f"the dropout-free view has {got:,} LoRA parameters; expected the model's")
     return view
 
 
@@ -322,16 +302,15 @@ def abstract_lora_model(
 
     def build():
         base = gemma4.Gemma4(cfg, rngs=nnx.Rngs(0))
-        return apply_lora(base, lora, preset=p, remat=remat, allow_partial=allow_partial, quantize=quantize,
-                          quant_tile=quant_tile)
+        return apply_lora(
+            base, lora, preset=p, remat=remat, allow_partial=allow_partial, quantize=quantize, quant_tile=quant_tile
+        )
 
     with core.fast_abstract_tracing():
         return nnx.eval_shape(build)
 
 
-def abstract_qwix_model(
-    preset: str | models.ModelPreset, module_path: str, *, rank: int = 16, alpha: float = 32.0
-):
+def abstract_qwix_model(preset: str | models.ModelPreset, module_path: str, *, rank: int = 16, alpha: float = 32.0):
     """Qwix LoRA with a raw ``module_path`` on the abstract model, with no checks at all.
 
     This is what a hand-written Qwix call does (e.g. the common ``".*kv_einsum"``); use
@@ -367,9 +346,7 @@ def peft_trainable_params(preset: str | models.ModelPreset, lora: LoraConfig) ->
     with torch.device("meta"):
         model = transformers.Gemma4ForCausalLM(p.hf_text_config())
     targets = list(lora.targets) if isinstance(lora.targets, tuple) else lora.targets
-    cfg = peft.LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets
-    )
+    cfg = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
     trainable, _ = peft.get_peft_model(model, cfg).get_nb_trainable_parameters()
     return int(trainable)
 

@@ -47,7 +47,7 @@ _PARENTS = ("self_attn.", "mlp.")
 def _key(hf_module: str) -> str:
     for parent in _PARENTS:
         if hf_module.startswith(parent):
-            return hf_module[len(parent):]
+            return hf_module[len(parent) :]
     return hf_module
 
 

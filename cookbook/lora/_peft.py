@@ -157,8 +157,10 @@ def check_pairs_fit_preset(pairs: list[LoraPair], preset: models.ModelPreset, ra
 
     p = preset
     kinds = p.layer_kinds
-    weights = {(pr.layer, pr.tunix_path.split("/", 2)[-1] if pr.layer is not None else pr.tunix_path): pr
-               for pr in projections(p)}
+    weights = {
+        (pr.layer, pr.tunix_path.split("/", 2)[-1] if pr.layer is not None else pr.tunix_path): pr
+        for pr in projections(p)
+    }
     for pair in pairs:
         where = f"LoRA {pair.where}"
         if pair.layer is not None and pair.layer >= p.num_layers:
@@ -174,9 +176,11 @@ def check_pairs_fit_preset(pairs: list[LoraPair], preset: models.ModelPreset, ra
         pr = weights.get((pair.layer, pair.module.replace(".", "/")))
         if pr is None:
             if pair.module in ("attn.kv_einsum", "attn.k_einsum") and pair.layer is not None:
-                raise ValueError(f"{where}: layer {pair.layer} of preset {p.name!r} is KV-shared (it reuses layer "
-                                 f"{p.kv_source_layers[pair.layer]}'s K/V and has none of its own), so LoRA there "
-                                 "trains nothing; wrong preset?")
+                raise ValueError(
+                    f"{where}: layer {pair.layer} of preset {p.name!r} is KV-shared (it reuses layer "
+                    f"{p.kv_source_layers[pair.layer]}'s K/V and has none of its own), so LoRA there "
+                    "trains nothing; wrong preset?"
+                )
             raise ValueError(f"{where}: preset {p.name!r} has no such weight; wrong preset?")
         hd = p.global_head_dim if is_global else p.head_dim
         kv = p.effective_global_kv_heads if is_global else p.num_kv_heads
@@ -188,7 +192,7 @@ def check_pairs_fit_preset(pairs: list[LoraPair], preset: models.ModelPreset, ra
             "attn.attn_vec_einsum": ((p.num_heads, hd, r), (r, d)),
             "embedder.per_layer_model_projection": ((d, r), (r, p.num_layers, p.per_layer_input_dim)),
         }.get(pair.module, ((pr.in_features, r), (r, pr.out_features)))  # MLP (double-wide on E2B's shared
-        got = (tuple(pair.a.shape), tuple(pair.b.shape))                  # layers), per-layer inputs, router
+        got = (tuple(pair.a.shape), tuple(pair.b.shape))  # layers), per-layer inputs, router
         if got != want:
             raise ValueError(
                 f"{where}: lora_a/lora_b shapes {got[0]}/{got[1]} do not fit preset {p.name!r} "
@@ -238,10 +242,16 @@ def tunix_lora_to_peft(
 
 
 _HF_TO_TUNIX = {hf: tunix for tunix, hfs in TUNIX_TO_HF_MODULES.items() for hf in hfs if tunix != "attn.k_einsum"}
-_LAYER_KEY = re.compile(r"(?:.*\.)?layers\.(\d+)\.(" + "|".join(
-    re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if not tunix.startswith("embedder.")) + r")\.lora_([AB])\.weight")
-_ROOT_KEY = re.compile(r"(?:.*\.)?(" + "|".join(
-    re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if tunix.startswith("embedder.")) + r")\.lora_([AB])\.weight")
+_LAYER_KEY = re.compile(
+    r"(?:.*\.)?layers\.(\d+)\.("
+    + "|".join(re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if not tunix.startswith("embedder."))
+    + r")\.lora_([AB])\.weight"
+)
+_ROOT_KEY = re.compile(
+    r"(?:.*\.)?("
+    + "|".join(re.escape(hf) for hf, tunix in _HF_TO_TUNIX.items() if tunix.startswith("embedder."))
+    + r")\.lora_([AB])\.weight"
+)
 
 
 def peft_to_tunix_lora(peft_tensors: Mapping[str, np.ndarray], preset: str | models.ModelPreset) -> dict:
@@ -296,8 +306,9 @@ def peft_to_tunix_lora(peft_tensors: Mapping[str, np.ndarray], preset: str | mod
     return state
 
 
-def adapter_config(*, rank: int, alpha: float, dropout: float, modules: list[str], layout: str,
-                   base_model: str | None) -> dict[str, Any]:
+def adapter_config(
+    *, rank: int, alpha: float, dropout: float, modules: list[str], layout: str, base_model: str | None
+) -> dict[str, Any]:
     """``adapter_config.json`` for PEFT and vLLM (``--enable-lora``)."""
     # HF module paths under a decoder layer (``self_attn.q_proj``, ``per_layer_input_gate``,
     # ``router.proj``) and at the model level (``per_layer_model_projection``).
@@ -306,8 +317,9 @@ def adapter_config(*, rank: int, alpha: float, dropout: float, modules: list[str
     # Text layout: PEFT's suffix names (``q_proj``, ``router.proj``). The released multimodal model
     # also has q_proj/... in its vision and audio towers: restrict PEFT to the text decoder there
     # with a regex (PEFT full-matches a string).
-    targets: list[str] | str = sorted({m.removeprefix("self_attn.").removeprefix("mlp.") for m in in_layer}
-                                      | set(at_root))
+    targets: list[str] | str = sorted(
+        {m.removeprefix("self_attn.").removeprefix("mlp.") for m in in_layer} | set(at_root)
+    )
     if layout == "multimodal":
         alts = [r"layers\.\d+\.(" + "|".join(re.escape(m) for m in in_layer) + ")"] if in_layer else []
         alts += [re.escape(m) for m in at_root]
@@ -345,8 +357,7 @@ def write_peft_adapter(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     modules = sorted({k.split(".lora_")[0] for k in tensors})
-    cfg = adapter_config(rank=rank, alpha=alpha, dropout=dropout, modules=modules, layout=layout,
-                         base_model=base_model)
+    cfg = adapter_config(rank=rank, alpha=alpha, dropout=dropout, modules=modules, layout=layout, base_model=base_model)
     save_file(dict(tensors), str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
     (out_dir / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
     return out_dir

@@ -61,8 +61,9 @@ class QuantizedWeight:
 def qwix_qtype(quantize: str) -> str:
     """Qwix's ``weight_qtype`` for a cookbook quantization name (ValueError names the choices)."""
     if quantize not in QUANT_TYPES:
-        raise ValueError(f"unknown quantization {quantize!r}: use one of {', '.join(QUANT_TYPES)} "
-                         "(or none for a bf16 base)")
+        raise ValueError(
+            f"unknown quantization {quantize!r}: use one of {', '.join(QUANT_TYPES)} (or none for a bf16 base)"
+        )
     return QUANT_TYPES[quantize]
 
 
@@ -120,28 +121,36 @@ def check_quant_tile(preset: str | models.ModelPreset, quantize: str | None, til
         # does not intercept: only attention and the dense branch would be quantized, and
         # quantized_weights() would meet the MoE block itself (no `w`). Found compiling the
         # 26B-A4B plan on v5e-8 with nf4 (2026-12-02): an AttributeError deep in the compile.
-        raise ValueError(f"QLoRA ({quantize}) on {p.name}: its {p.num_experts} experts per layer run through "
-                         "ragged_dot, which Qwix's quantization does not reach, so most of its weights would stay "
-                         "bf16. Train it in bf16 on a slice where it fits (`cookbook plan --preset "
-                         f"{p.name} --cheapest`), or QLoRA a dense size")
+        raise ValueError(
+            f"QLoRA ({quantize}) on {p.name}: its {p.num_experts} experts per layer run through "
+            "ragged_dot, which Qwix's quantization does not reach, so most of its weights would stay "
+            "bf16. Train it in bf16 on a slice where it fits (`cookbook plan --preset "
+            f"{p.name} --cheapest`), or QLoRA a dense size"
+        )
     if tile is None:
         if quantize == "nf4":
-            raise ValueError(f"nf4 needs a tile size (QLoRA uses 64, Tunix 128); {p.name} takes "
-                             f"{', '.join(map(str, working_tiles(p)))}")
+            raise ValueError(
+                f"nf4 needs a tile size (QLoRA uses 64, Tunix 128); {p.name} takes "
+                f"{', '.join(map(str, working_tiles(p)))}"
+            )
         return
     if not isinstance(tile, int) or tile < 1:
         raise ValueError(f"quantization tile {tile!r}: use a positive integer such as {DEFAULT_QUANT_TILE}")
     bad = [w for w in quantized_weights(p) if w.tiled_dim % tile]
     if bad:
-        names = sorted({re.sub(r"layers/\d+/", "layers/*/", w.path) + f" (axis {w.tiled_axis} = {w.tiled_dim})"
-                        for w in bad})
-        raise ValueError(f"quantization tile {tile} does not divide the contracting axis Qwix tiles in "
-                         f"{len(bad)} weights of {p.name}: {'; '.join(names)}. Use a tile that divides them "
-                         f"all: {', '.join(map(str, working_tiles(p))) or 'none of 32-512; use tile None'}")
+        names = sorted(
+            {re.sub(r"layers/\d+/", "layers/*/", w.path) + f" (axis {w.tiled_axis} = {w.tiled_dim})" for w in bad}
+        )
+        raise ValueError(
+            f"quantization tile {tile} does not divide the contracting axis Qwix tiles in "
+            f"{len(bad)} weights of {p.name}: {'; '.join(names)}. Use a tile that divides them "
+            f"all: {', '.join(map(str, working_tiles(p))) or 'none of 32-512; use tile None'}"
+        )
 
 
-def quantized_bytes(preset: str | models.ModelPreset, quantize: str, tile: int | None,
-                    scale_bytes: int = 4) -> dict[str, int]:
+def quantized_bytes(
+    preset: str | models.ModelPreset, quantize: str, tile: int | None, scale_bytes: int = 4
+) -> dict[str, int]:
     """Bytes of the quantized decoder projections: ``{"values", "scales", "bf16"}`` (bf16 = before).
 
     Values packed at their bit width (as in TPU HBM; a CPU array of ``uint4`` takes a byte per
@@ -160,8 +169,15 @@ def quantized_bytes(preset: str | models.ModelPreset, quantize: str, tile: int |
     return {"values": values, "scales": scales, "bf16": bf16}
 
 
-def lora_rules(lora: LoraConfig, module_path: str, preset: models.ModelPreset, *, quantize: str | None,
-               tile: int | None, dropout: float | None = None) -> list:
+def lora_rules(
+    lora: LoraConfig,
+    module_path: str,
+    preset: models.ModelPreset,
+    *,
+    quantize: str | None,
+    tile: int | None,
+    dropout: float | None = None,
+) -> list:
     """Qwix rules for LoRA on ``module_path`` and, with ``quantize``, a quantized base.
 
     The adapted projections come first (a ``LoraRule`` carrying the quantized type); the
@@ -172,8 +188,9 @@ def lora_rules(lora: LoraConfig, module_path: str, preset: models.ModelPreset, *
 
     dropout = lora.dropout if dropout is None else dropout
     quant = {} if quantize is None else {"weight_qtype": qwix_qtype(quantize), "tile_size": tile}
-    rules = [qwix.LoraRule(module_path=module_path, rank=lora.rank, alpha=float(lora.alpha),
-                           dropout=float(dropout), **quant)]
+    rules = [
+        qwix.LoraRule(module_path=module_path, rank=lora.rank, alpha=float(lora.alpha), dropout=float(dropout), **quant)
+    ]
     if quantize is not None:
         from cookbook.lora._targets import qwix_module_path
 

@@ -70,8 +70,16 @@ def projections(preset: str | models.ModelPreset) -> list[Projection]:
 
     def add(layer, kind, leaf, fan_in, fan_out):
         path = f"layers/{layer}/{leaf}" if layer is not None else leaf
-        out.append(Projection(layer=layer, kind=kind, tunix_path=path, hf_names=TUNIX_TO_HF_ALL[leaf],
-                              in_features=fan_in, out_features=fan_out))
+        out.append(
+            Projection(
+                layer=layer,
+                kind=kind,
+                tunix_path=path,
+                hf_names=TUNIX_TO_HF_ALL[leaf],
+                in_features=fan_in,
+                out_features=fan_out,
+            )
+        )
 
     for i, kind in enumerate(p.layer_kinds):
         hd = p.global_head_dim if kind == "global" else p.head_dim
@@ -131,11 +139,15 @@ def _refuse_experts(targets: Sequence[str] | str, preset: models.ModelPreset) ->
             rx = re.compile(targets)
         except re.error:
             return  # reported by _hf_selected
-        hit = any(rx.fullmatch(n) or rx.fullmatch(n + ".gate_up_proj") or rx.fullmatch(n + ".down_proj")
-                  for n in expert_modules)
+        hit = any(
+            rx.fullmatch(n) or rx.fullmatch(n + ".gate_up_proj") or rx.fullmatch(n + ".down_proj")
+            for n in expert_modules
+        )
     else:
-        hit = any(t in _EXPERT_NAMES or t.endswith((".experts", ".experts.gate_up_proj", ".experts.down_proj"))
-                  for t in targets)
+        hit = any(
+            t in _EXPERT_NAMES or t.endswith((".experts", ".experts.gate_up_proj", ".experts.down_proj"))
+            for t in targets
+        )
     if hit:
         raise LoraCoverageError(
             f"LoRA targets {targets!r} name the MoE experts of preset {preset.name!r}, which cookbook.lora does "
@@ -196,11 +208,7 @@ def _coverage_check(
         if got and got != layers:
             missing = sorted(layers - got)
             msg = f"{h} is adapted on {len(got)} of {len(layers)} layers (missing: {missing})"
-            if (
-                h in ("k_proj", "v_proj")
-                and set(missing) <= set(preset.global_layers)
-                and preset.k_eq_v_global
-            ):
+            if h in ("k_proj", "v_proj") and set(missing) <= set(preset.global_layers) and preset.k_eq_v_global:
                 msg += (
                     ": the missing layers are the global layers, where K = V and Tunix holds the "
                     "single K/V projection in attn.k_einsum, not attn.kv_einsum; a regex such as "
@@ -249,9 +257,7 @@ def _compact_regex(paths: set[str], preset: models.ModelPreset) -> str:
         for parent, ns in parents.items():
             names = f"(?:{'|'.join(ns)})" if len(ns) > 1 else ns[0]
             alts.append(f"{parent}/{names}" if parent else names)
-        groups.append(
-            f"layers/{pat}/" + (alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")")
-        )
+        groups.append(f"layers/{pat}/" + (alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"))
     groups += roots
     return groups[0] if len(groups) == 1 else "|".join(f"(?:{g})" for g in groups)
 
@@ -305,18 +311,14 @@ def matched_projections(module_path: str, preset: str | models.ModelPreset) -> l
     return [pr for pr in projections(preset) if rx.fullmatch(pr.tunix_path)]
 
 
-def check_module_path(
-    module_path: str, preset: str | models.ModelPreset, *, allow_partial: bool = False
-) -> None:
+def check_module_path(module_path: str, preset: str | models.ModelPreset, *, allow_partial: bool = False) -> None:
     """Raise :class:`LoraCoverageError` if ``module_path`` adapts nothing or only some layers."""
     p = models.get_preset(preset)
     selected = {(pr.layer, h) for pr in matched_projections(module_path, p) for h in pr.hf_names}
     _coverage_check(selected, p, f"Qwix module_path {module_path!r}", allow_partial)
 
 
-def hf_target_modules(
-    module_path: str, preset: str | models.ModelPreset, *, allow_partial: bool = False
-) -> list[str]:
+def hf_target_modules(module_path: str, preset: str | models.ModelPreset, *, allow_partial: bool = False) -> list[str]:
     """PEFT ``target_modules`` that adapt what the Qwix ``module_path`` adapts.
 
     A projection adapted on every layer that has it is named alone (``"q_proj"``,
@@ -362,8 +364,12 @@ def coverage_rows_for_paths(p: models.ModelPreset, adapted_paths: set[str]) -> l
     for pr in projections(p):
         row = rows.setdefault(
             pr.layer,
-            {"layer": "model" if pr.layer is None else pr.layer, "kind": pr.kind, **dict.fromkeys(columns),
-             "tunix": []},
+            {
+                "layer": "model" if pr.layer is None else pr.layer,
+                "kind": pr.kind,
+                **dict.fromkeys(columns),
+                "tunix": [],
+            },
         )
         for h in pr.hf_names:
             row[h] = pr.tunix_path in adapted_paths
@@ -376,9 +382,7 @@ def _row_columns(rows: list[dict[str, Any]]) -> list[str]:
     return [k for k in rows[0] if k not in ("layer", "kind", "tunix")] if rows else list(HF_PROJECTIONS)
 
 
-def lora_targets_by_layer(
-    preset: str | models.ModelPreset, lora: LoraConfig
-) -> list[dict[str, Any]]:
+def lora_targets_by_layer(preset: str | models.ModelPreset, lora: LoraConfig) -> list[dict[str, Any]]:
     """Coverage rows (see :func:`coverage_rows`) for ``lora.targets`` on ``preset``."""
     return coverage_rows(qwix_module_path(lora.targets, preset), preset)
 
@@ -396,23 +400,21 @@ def coverage_by_kind(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 
 # Five-letter column labels of the projections beyond the seven (whose label is the word before "_").
-_LABELS = {"per_layer_input_gate": "plgat", "per_layer_projection": "plprj", "per_layer_model_projection": "plmod",
-           "router.proj": "routr"}
+_LABELS = {
+    "per_layer_input_gate": "plgat",
+    "per_layer_projection": "plprj",
+    "per_layer_model_projection": "plmod",
+    "router.proj": "routr",
+}
 
 
 def format_coverage(rows: list[dict[str, Any]]) -> str:
     """A plain-text table of coverage rows (``x`` adapted, ``.`` not, ``-`` absent)."""
     columns = _row_columns(rows)
-    head = (
-        f"{'layer':>5} {'kind':<8} "
-        + " ".join(f"{_LABELS.get(h, h.split('_')[0]):>5}" for h in columns)
-        + "  tunix"
-    )
+    head = f"{'layer':>5} {'kind':<8} " + " ".join(f"{_LABELS.get(h, h.split('_')[0]):>5}" for h in columns) + "  tunix"
     lines = [head]
     for r in rows:
-        cells = " ".join(
-            f"{('-' if r[h] is None else 'x' if r[h] else '.'):>5}" for h in columns
-        )
+        cells = " ".join(f"{('-' if r[h] is None else 'x' if r[h] else '.'):>5}" for h in columns)
         lines.append(f"{r['layer']:>5} {r['kind']:<8} {cells}  {','.join(r['tunix'])}")
     return "\n".join(lines)
 
@@ -421,6 +423,4 @@ def coverage_matrix(rows: list[dict[str, Any]]):
     """Layers x projections array for a plot: 1 adapted, 0 not adapted, -1 no such projection."""
     import numpy as np
 
-    return np.array(
-        [[-1 if r[h] is None else int(r[h]) for h in _row_columns(rows)] for r in rows], dtype=int
-    )
+    return np.array([[-1 if r[h] is None else int(r[h]) for h in _row_columns(rows)] for r in rows], dtype=int)

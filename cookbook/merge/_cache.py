@@ -24,23 +24,46 @@ from cookbook.merge._merge import (
 
 
 def _cache_dir(ckpt: LoraCheckpoint, kind: str, options: dict) -> Path:
-    key = hashlib.sha256(json.dumps({"ckpt": str(ckpt.step_dir.resolve()), "commit": ckpt.commit_ns,
-                                     "v": MERGE_FORMAT_VERSION, **options}, sort_keys=True).encode()).hexdigest()[:10]
+    key = hashlib.sha256(
+        json.dumps(
+            {"ckpt": str(ckpt.step_dir.resolve()), "commit": ckpt.commit_ns, "v": MERGE_FORMAT_VERSION, **options},
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:10]
     root = ckpt.run_dir if ckpt.run_dir is not None else core.cache_root() / "merged"
     return root / "merged" / f"step{ckpt.step}-{kind}-{key}"
 
 
-def ensure_merged(run_dir: str | Path, *, text_only: bool = False, step: int | None = None,
-                  base_dir: str | Path | None = None, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-                  progress: bool = True) -> Path:
+def ensure_merged(
+    run_dir: str | Path,
+    *,
+    text_only: bool = False,
+    step: int | None = None,
+    base_dir: str | Path | None = None,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    progress: bool = True,
+) -> Path:
     """The merged checkpoint of a training run, merged once and cached under the run dir."""
     ckpt = open_lora_checkpoint(run_dir, step=step)
     base_dir = Path(base_dir or ckpt.base_dir or models.ensure_base(ckpt.preset or "tiny"))
-    out = _cache_dir(ckpt, "text" if text_only else "multimodal",
-                     {"text_only": text_only, "max_shard_bytes": max_shard_bytes, "base": str(base_dir)})
-    return core.fill_once(out, models.is_complete, lambda: merge_lora(
-        base_dir, ckpt, out, text_only=text_only, max_shard_bytes=max_shard_bytes, overwrite=out.exists(),
-        progress=progress))
+    out = _cache_dir(
+        ckpt,
+        "text" if text_only else "multimodal",
+        {"text_only": text_only, "max_shard_bytes": max_shard_bytes, "base": str(base_dir)},
+    )
+    return core.fill_once(
+        out,
+        models.is_complete,
+        lambda: merge_lora(
+            base_dir,
+            ckpt,
+            out,
+            text_only=text_only,
+            max_shard_bytes=max_shard_bytes,
+            overwrite=out.exists(),
+            progress=progress,
+        ),
+    )
 
 
 def ensure_text_only_base(base_dir: str | Path, preset: str | models.ModelPreset) -> Path:
@@ -51,13 +74,17 @@ def ensure_text_only_base(base_dir: str | Path, preset: str | models.ModelPreset
         return base_dir  # already text-only
     key = hashlib.sha256(f"{base_dir.resolve()}|{MERGE_FORMAT_VERSION}".encode()).hexdigest()[:10]
     out = core.cache_root() / "text_only" / f"{base_dir.name}-{key}"
-    return core.fill_once(out, models.is_complete, lambda: merge_lora(
-        base_dir, None, out, text_only=True, preset=p.name, overwrite=out.exists(), progress=False))
+    return core.fill_once(
+        out,
+        models.is_complete,
+        lambda: merge_lora(base_dir, None, out, text_only=True, preset=p.name, overwrite=out.exists(), progress=False),
+    )
 
 
 def ensure_peft(run_dir: str | Path, *, layout: str = "text", step: int | None = None) -> Path:
     """The run's PEFT adapter, exported once and cached under the run dir."""
     ckpt = open_lora_checkpoint(run_dir, step=step)
     out = _cache_dir(ckpt, f"peft-{layout}", {"layout": layout})
-    return core.fill_once(out, models.is_complete, lambda: export_peft(ckpt, out, layout=layout,
-                                                                      overwrite=out.exists()))
+    return core.fill_once(
+        out, models.is_complete, lambda: export_peft(ckpt, out, layout=layout, overwrite=out.exists())
+    )

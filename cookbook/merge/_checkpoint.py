@@ -47,8 +47,11 @@ def find_step_dir(path: str | Path, step: int | None = None) -> Path:
     if (path / "model_params").is_dir():
         return path
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "model_params").is_dir()) \
-        if root.is_dir() else []
+    steps = (
+        sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "model_params").is_dir())
+        if root.is_dir()
+        else []
+    )
     if not steps:
         raise FileNotFoundError(
             f"No Orbax LoRA checkpoint under {path}: expected RUN_DIR/checkpoints/<step>/model_params "
@@ -88,8 +91,14 @@ class _QuietAbsl:
         self.logger.setLevel(self.level)
 
 
-def open_lora_checkpoint(path: str | Path, *, step: int | None = None, preset: str | None = None,
-                         rank: int | None = None, alpha: float | None = None) -> LoraCheckpoint:
+def open_lora_checkpoint(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    preset: str | None = None,
+    rank: int | None = None,
+    alpha: float | None = None,
+) -> LoraCheckpoint:
     """Describe a LoRA checkpoint; explicit ``preset``/``rank``/``alpha`` override (and are checked)."""
     import orbax.checkpoint as ocp
 
@@ -118,10 +127,15 @@ def open_lora_checkpoint(path: str | Path, *, step: int | None = None, preset: s
     if alpha is None:
         raise ValueError(f"{step_dir}: no LoRA alpha recorded with the checkpoint; pass --alpha")
     return LoraCheckpoint(
-        step_dir=step_dir, step=int(step_dir.name) if step_dir.name.isdigit() else 0,
-        rank=found_rank, alpha=float(alpha), dropout=float(_lookup(meta, "dropout", "lora_dropout") or 0.0),
+        step_dir=step_dir,
+        step=int(step_dir.name) if step_dir.name.isdigit() else 0,
+        rank=found_rank,
+        alpha=float(alpha),
+        dropout=float(_lookup(meta, "dropout", "lora_dropout") or 0.0),
         preset=preset or _lookup(meta, "preset", "model_preset"),
-        base_dir=_lookup(meta, "base_dir", "base"), run_dir=run_dir, pairs=pairs,
+        base_dir=_lookup(meta, "base_dir", "base"),
+        run_dir=run_dir,
+        pairs=pairs,
         commit_ns=int(step_meta.get("commit_timestamp_nsecs") or 0),
         base_fingerprint=_lookup(meta, "base_fingerprint"),
     )
@@ -135,8 +149,9 @@ def _lora_only(tree: Any) -> Any:
     return {}
 
 
-def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None, *,
-              model_level: bool | None = None) -> list[lora.LoraPair]:
+def read_lora(
+    ckpt: LoraCheckpoint, layers: list[int] | None = None, *, model_level: bool | None = None
+) -> list[lora.LoraPair]:
     """Read the LoRA tensors of ``layers`` (default: all) as numpy arrays, nothing else.
 
     ``model_level``: also the model-level LoRA (E2B/E4B ``embedder.per_layer_model_projection``);
@@ -154,6 +169,5 @@ def read_lora(ckpt: LoraCheckpoint, layers: list[int] | None = None, *,
         if layers is None if model_level is None else model_level:
             sub.update(_lora_only({k: v for k, v in tree.items() if k != "layers"}))
         args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), sub)
-        restored = ckptr.restore(params, args=ocp.args.PyTreeRestore(item=sub, restore_args=args,
-                                                                      partial_restore=True))
+        restored = ckptr.restore(params, args=ocp.args.PyTreeRestore(item=sub, restore_args=args, partial_restore=True))
     return lora.lora_pairs(restored)

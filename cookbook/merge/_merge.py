@@ -44,8 +44,17 @@ from cookbook.merge._checkpoint import (
     read_lora,
 )
 
-__all__ = ["LoraCheckpoint", "find_step_dir", "open_lora_checkpoint", "read_lora", "merge_lora", "plan_merge",
-           "export_peft", "check_out_dir", "MergeResult"]
+__all__ = [
+    "LoraCheckpoint",
+    "find_step_dir",
+    "open_lora_checkpoint",
+    "read_lora",
+    "merge_lora",
+    "plan_merge",
+    "export_peft",
+    "check_out_dir",
+    "MergeResult",
+]
 
 MERGE_FORMAT_VERSION = 1
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30  # like the released shards; the Hub's limit is 50 GB
@@ -78,7 +87,7 @@ def _output_name(key: str, prefix: str, text_only: bool) -> str | None:
     if not text_only:
         return key
     if key.startswith(prefix):
-        return "model." + key[len(prefix):]
+        return "model." + key[len(prefix) :]
     if key == "lm_head.weight":
         return key
     return None  # vision / audio towers and their embedders
@@ -89,8 +98,13 @@ def _order_key(name: str) -> tuple:
     return (1, int(m.group(1)), name) if m else ((0, 0, name) if "embed" in name else (2, 0, name))
 
 
-def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
-               preset: str | models.ModelPreset | None = None, text_only: bool = False) -> MergePlan:
+def plan_merge(
+    base_dir: str | Path,
+    ckpt: LoraCheckpoint | None,
+    *,
+    preset: str | models.ModelPreset | None = None,
+    text_only: bool = False,
+) -> MergePlan:
     """Check the checkpoint against the base and list the output tensors. Writes nothing.
 
     ``ckpt=None`` plans a plain conversion (e.g. the text-only layout of the base itself).
@@ -139,16 +153,24 @@ def plan_merge(base_dir: str | Path, ckpt: LoraCheckpoint | None, *,
     declared = (cfg.get("text_config") or cfg).get("dtype") or cfg.get("torch_dtype")
     names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
     if declared and dtypes and names[next(iter(dtypes))] != declared:
-        raise ValueError(f"{base_dir}: config.json declares dtype {declared!r} but the weights are "
-                         f"{names[next(iter(dtypes))]}; the checkpoint and its config disagree")
+        raise ValueError(
+            f"{base_dir}: config.json declares dtype {declared!r} but the weights are "
+            f"{names[next(iter(dtypes))]}; the checkpoint and its config disagree"
+        )
     if ckpt is not None and ckpt.base_fingerprint:  # by content: a copy elsewhere is fine, other weights are not
-        models.check_same_base(base_dir, {"base_dir": ckpt.base_dir, "base_fingerprint": ckpt.base_fingerprint},
-                               what=f"the LoRA in {ckpt.run_dir or ckpt.step_dir}",
-                               fix="pass --base with the checkpoint it was trained on")
+        models.check_same_base(
+            base_dir,
+            {"base_dir": ckpt.base_dir, "base_fingerprint": ckpt.base_fingerprint},
+            what=f"the LoRA in {ckpt.run_dir or ckpt.step_dir}",
+            fix="pass --base with the checkpoint it was trained on",
+        )
     elif ckpt is not None and ckpt.base_dir and Path(ckpt.base_dir).resolve() != base_dir.resolve():
         # A run recorded before fingerprints: only the path can be compared.
-        warnings.warn(f"merging into {base_dir}, but the LoRA was trained on {ckpt.base_dir}; make sure "
-                      "they hold the same weights (shapes alone cannot tell)", stacklevel=3)
+        warnings.warn(
+            f"merging into {base_dir}, but the LoRA was trained on {ckpt.base_dir}; make sure "
+            "they hold the same weights (shapes alone cannot tell)",
+            stacklevel=3,
+        )
     out = []
     for key, ref in refs.items():
         name = _output_name(key, prefix, text_only)
@@ -191,7 +213,7 @@ class _LayerLoRA:
                 self.layer = layer
             lora_a, lora_b = self.factors[hf]
             delta = scratch.reshape(block.shape[0], -1)
-            np.matmul(lora_b[start:start + block.shape[0]], lora_a, out=delta)
+            np.matmul(lora_b[start : start + block.shape[0]], lora_a, out=delta)
             np.add(block, delta.reshape(block.shape), out=block)
 
         return update
@@ -200,8 +222,13 @@ class _LayerLoRA:
 def _copy_side_files(base_dir: Path, tmp: Path, text_only: bool) -> None:
     for src in sorted(base_dir.iterdir()):
         name = src.name
-        if not src.is_file() or name.startswith(".") or name.endswith(".safetensors") \
-                or name == "model.safetensors.index.json" or (text_only and name in _PROCESSOR_FILES):
+        if (
+            not src.is_file()
+            or name.startswith(".")
+            or name.endswith(".safetensors")
+            or name == "model.safetensors.index.json"
+            or (text_only and name in _PROCESSOR_FILES)
+        ):
             continue
         if text_only and name == "config.json":
             cfg = json.loads(src.read_text())
@@ -235,12 +262,16 @@ def _is_own_output(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     # Outputs written before the record named its kind: the keys only these two records have.
-    return isinstance(rec, dict) and (rec.get("kind") in _OUTPUT_KINDS or {"text_only", "max_shard_bytes"} <= rec.keys()
-                                      or {"lora_step_dir", "layout"} <= rec.keys())
+    return isinstance(rec, dict) and (
+        rec.get("kind") in _OUTPUT_KINDS
+        or {"text_only", "max_shard_bytes"} <= rec.keys()
+        or {"lora_step_dir", "layout"} <= rec.keys()
+    )
 
 
-def check_out_dir(out: str | Path, *, inputs: dict[str, str | Path | None], overwrite: bool,
-                  flag: str = "--out") -> Path:
+def check_out_dir(
+    out: str | Path, *, inputs: dict[str, str | Path | None], overwrite: bool, flag: str = "--out"
+) -> Path:
     """Refuse an output directory that would cost data, before anything is read, written or removed.
 
     OUT may not be an input (``inputs``: what -> path), hold one, or lie inside one; the one place
@@ -255,19 +286,27 @@ def check_out_dir(out: str | Path, *, inputs: dict[str, str | Path | None], over
             continue
         src = Path(path).resolve()
         if where == src or where in src.parents:
-            raise ValueError(f"{flag} {out} is or holds the {what} {path}: writing there would delete it. "
-                             f"Choose an {flag} outside {path}")
+            raise ValueError(
+                f"{flag} {out} is or holds the {what} {path}: writing there would delete it. "
+                f"Choose an {flag} outside {path}"
+            )
         if src in where.parents and not (what == "LoRA run" and src / "merged" in (where, *where.parents)):
-            raise ValueError(f"{flag} {out} lies inside the {what} {path}. Choose an {flag} outside it"
-                             + (f" (or under {path}/merged/)" if what == "LoRA run" else ""))
+            raise ValueError(
+                f"{flag} {out} lies inside the {what} {path}. Choose an {flag} outside it"
+                + (f" (or under {path}/merged/)" if what == "LoRA run" else "")
+            )
     if out.exists() or out.is_symlink():
         if not overwrite:
-            raise FileExistsError(f"{flag} {out} exists; refusing to overwrite it. Pass --overwrite (overwrite=True) "
-                                  f"to replace an earlier output of cookbook merge, or choose another {flag}")
+            raise FileExistsError(
+                f"{flag} {out} exists; refusing to overwrite it. Pass --overwrite (overwrite=True) "
+                f"to replace an earlier output of cookbook merge, or choose another {flag}"
+            )
         if not (out.is_dir() and not out.is_symlink() and (_is_own_output(out) or not any(out.iterdir()))):
-            raise FileExistsError(f"{flag} {out} exists and is not an earlier output of cookbook merge (no {_COMPLETE} "
-                                  "naming one); refusing to replace it even with --overwrite. Choose another "
-                                  f"{flag} or remove it yourself")
+            raise FileExistsError(
+                f"{flag} {out} exists and is not an earlier output of cookbook merge (no {_COMPLETE} "
+                "naming one); refusing to replace it even with --overwrite. Choose another "
+                f"{flag} or remove it yourself"
+            )
     return out
 
 
@@ -286,10 +325,19 @@ def _move_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, out_dir: str | Path, *,
-               text_only: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-               overwrite: bool = False, preset: str | models.ModelPreset | None = None, progress: bool = True,
-               record: dict | None = None, workers: int = 2) -> MergeResult:
+def merge_lora(
+    base_dir: str | Path,
+    lora: str | Path | LoraCheckpoint | None,
+    out_dir: str | Path,
+    *,
+    text_only: bool = False,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    overwrite: bool = False,
+    preset: str | models.ModelPreset | None = None,
+    progress: bool = True,
+    record: dict | None = None,
+    workers: int = 2,
+) -> MergeResult:
     """Merge ``lora`` into ``base_dir``'s weights and write Hugging Face safetensors to ``out_dir``.
 
     Args:
@@ -331,20 +379,33 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
                 # Each shard has its own one-layer LoRA cache: shards are written in parallel.
                 if ckpt is not None:
                     lora_cache = _LayerLoRA(ckpt)
-                    group = [dataclasses.replace(t, update=lora_cache.update_fn(*plan.touched[t.src.name]))
-                             if t.src.name in plan.touched else t for t in group]
+                    group = [
+                        dataclasses.replace(t, update=lora_cache.update_fn(*plan.touched[t.src.name]))
+                        if t.src.name in plan.touched
+                        else t
+                        for t in group
+                    ]
                 shards.write_shard(tmp / name, group, plan.metadata, progress=bar.update)
 
             # Two shards at a time: one copying (disk-bound) while another computes (CPU-bound).
             with ThreadPoolExecutor(max(1, workers)) as pool:
                 for f in [pool.submit(write, n, g) for n, g in zip(names, groups, strict=True)]:
                     f.result()
-        index = {"metadata": {"total_size": total},
-                 "weight_map": {t.name: n for n, g in zip(names, groups, strict=True) for t in g}}
+        index = {
+            "metadata": {"total_size": total},
+            "weight_map": {t.name: n for n, g in zip(names, groups, strict=True) for t in g},
+        }
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         _copy_side_files(base_dir, tmp, text_only)
-        done = {"kind": _OUTPUT_KINDS[0], "version": MERGE_FORMAT_VERSION, "preset": plan.preset.name, "base_dir": str(base_dir),
-                "text_only": text_only, "max_shard_bytes": max_shard_bytes, **(record or {})}
+        done = {
+            "kind": _OUTPUT_KINDS[0],
+            "version": MERGE_FORMAT_VERSION,
+            "preset": plan.preset.name,
+            "base_dir": str(base_dir),
+            "text_only": text_only,
+            "max_shard_bytes": max_shard_bytes,
+            **(record or {}),
+        }
         if ckpt is not None:
             done.update(lora_step_dir=str(ckpt.step_dir), step=ckpt.step, rank=ckpt.rank, alpha=ckpt.alpha)
         (tmp / _COMPLETE).write_text(json.dumps(done, sort_keys=True))
@@ -354,25 +415,46 @@ def merge_lora(base_dir: str | Path, lora: str | Path | LoraCheckpoint | None, o
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     merged = len(plan.touched)
-    return MergeResult(out_dir=out, num_shards=len(groups), merged_tensors=merged,
-                       copied_tensors=len(plan.tensors) - merged, bytes_written=total,
-                       seconds=time.perf_counter() - t0)
+    return MergeResult(
+        out_dir=out,
+        num_shards=len(groups),
+        merged_tensors=merged,
+        copied_tensors=len(plan.tensors) - merged,
+        bytes_written=total,
+        seconds=time.perf_counter() - t0,
+    )
 
 
-def export_peft(lora: str | Path | LoraCheckpoint, out_dir: str | Path, *, layout: str = "text",
-                preset: str | None = None, base_model: str | None = None, overwrite: bool = False) -> Path:
+def export_peft(
+    lora: str | Path | LoraCheckpoint,
+    out_dir: str | Path,
+    *,
+    layout: str = "text",
+    preset: str | None = None,
+    base_model: str | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write the unmerged adapter in PEFT format (float32), atomically, for peft and vLLM."""
     ckpt = lora if isinstance(lora, LoraCheckpoint) else open_lora_checkpoint(lora, preset=preset)
     out = check_out_dir(out_dir, inputs=_inputs(None, ckpt), overwrite=overwrite, flag="--peft-out")
-    tensors = lora_lib.tunix_lora_to_peft(read_lora(ckpt), preset or ckpt.preset or "", {"rank": ckpt.rank},
-                                             layout=layout, dtype=np.float32)
+    tensors = lora_lib.tunix_lora_to_peft(
+        read_lora(ckpt), preset or ckpt.preset or "", {"rank": ckpt.rank}, layout=layout, dtype=np.float32
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        lora_lib.write_peft_adapter(tmp, tensors, rank=ckpt.rank, alpha=ckpt.alpha, dropout=ckpt.dropout,
-                                       layout=layout, base_model=base_model or ckpt.base_dir)
-        (tmp / _COMPLETE).write_text(json.dumps({"kind": _OUTPUT_KINDS[1], "lora_step_dir": str(ckpt.step_dir),
-                                                 "layout": layout}))
+        lora_lib.write_peft_adapter(
+            tmp,
+            tensors,
+            rank=ckpt.rank,
+            alpha=ckpt.alpha,
+            dropout=ckpt.dropout,
+            layout=layout,
+            base_model=base_model or ckpt.base_dir,
+        )
+        (tmp / _COMPLETE).write_text(
+            json.dumps({"kind": _OUTPUT_KINDS[1], "lora_step_dir": str(ckpt.step_dir), "layout": layout})
+        )
         _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -387,24 +469,31 @@ def parse_size(text: str) -> int:
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MiB or 1048576")
     unit = (m.group(2) or "").upper().rstrip("B")
-    mult = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-            "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+    mult = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[
+        unit
+    ]
     return int(float(m.group(1)) * mult)
 
 
 def register_cli(sub) -> None:
     p = sub.add_parser(
-        "merge", help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
+        "merge",
+        help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Fold a Tunix LoRA checkpoint (Orbax) into the base's safetensors, shard by shard, "
-                    "with flat memory; written beside OUT and renamed into place when complete.\n\n"
-                    "examples:\n"
-                    "  cookbook merge --lora RUN_DIR --out merged/             # released multimodal layout\n"
-                    "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
-                    "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite")
+        "with flat memory; written beside OUT and renamed into place when complete.\n\n"
+        "examples:\n"
+        "  cookbook merge --lora RUN_DIR --out merged/             # released multimodal layout\n"
+        "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
+        "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite",
+    )
     p.add_argument("--lora", required=True, help="training run dir, its checkpoints dir, or a step dir")
-    p.add_argument("--out", required=True, help="output directory: new, or with --overwrite an earlier merge output "
-                                                "(never a training run, a base or another directory)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output directory: new, or with --overwrite an earlier merge output "
+        "(never a training run, a base or another directory)",
+    )
     p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
     p.add_argument("--step", type=int, help="checkpoint step (default: latest)")
     p.add_argument("--text-only", action="store_true", help="write Gemma4ForCausalLM (what vLLM on CPU serves)")
@@ -413,8 +502,11 @@ def register_cli(sub) -> None:
     p.add_argument("--peft-layout", choices=sorted(lora_lib.LAYOUT_PREFIX), default="text")
     p.add_argument("--preset", help="architecture, if the checkpoint did not record it")
     p.add_argument("--alpha", type=float, help="LoRA alpha, if the checkpoint did not record it")
-    p.add_argument("--overwrite", action="store_true", help="replace --out (and --peft-out) if they are earlier "
-                                                            "outputs of cookbook merge (or empty)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out (and --peft-out) if they are earlier outputs of cookbook merge (or empty)",
+    )
     p.set_defaults(func=_cli)
 
 
@@ -430,11 +522,22 @@ def _cli(args: argparse.Namespace) -> int:
         if Path(args.peft_out).resolve() == Path(args.out).resolve():
             raise ValueError(f"--peft-out and --out are both {args.out}: give the adapter a directory of its own")
         check_out_dir(args.peft_out, inputs=_inputs(base_dir, ckpt), overwrite=args.overwrite, flag="--peft-out")
-    r = merge_lora(base_dir, ckpt, args.out, text_only=args.text_only, max_shard_bytes=args.max_shard_size,
-                   overwrite=args.overwrite, preset=args.preset)
-    print(f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "
-          f"in {r.num_shards} shard(s), {r.seconds:.1f} s -> {r.out_dir}")
+    r = merge_lora(
+        base_dir,
+        ckpt,
+        args.out,
+        text_only=args.text_only,
+        max_shard_bytes=args.max_shard_size,
+        overwrite=args.overwrite,
+        preset=args.preset,
+    )
+    print(
+        f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "
+        f"in {r.num_shards} shard(s), {r.seconds:.1f} s -> {r.out_dir}"
+    )
     if args.peft_out:
-        print("PEFT adapter ->", export_peft(ckpt, args.peft_out, layout=args.peft_layout, preset=args.preset,
-                                             overwrite=args.overwrite))
+        print(
+            "PEFT adapter ->",
+            export_peft(ckpt, args.peft_out, layout=args.peft_layout, preset=args.preset, overwrite=args.overwrite),
+        )
     return 0

@@ -29,10 +29,21 @@ def numpy_dtype(code: str) -> np.dtype:
     import ml_dtypes
 
     table = {
-        "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-        "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2,
-        "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
-        "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+        "F64": np.float64,
+        "F32": np.float32,
+        "F16": np.float16,
+        "BF16": ml_dtypes.bfloat16,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn,
+        "F8_E5M2": ml_dtypes.float8_e5m2,
+        "I64": np.int64,
+        "I32": np.int32,
+        "I16": np.int16,
+        "I8": np.int8,
+        "U64": np.uint64,
+        "U32": np.uint32,
+        "U16": np.uint16,
+        "U8": np.uint8,
+        "BOOL": np.bool_,
     }
     if code not in table:
         raise ValueError(f"unsupported safetensors dtype {code!r}")
@@ -72,8 +83,9 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorRef], dict[str, str]]
         want = math.prod(shape) * numpy_dtype(info["dtype"]).itemsize
         if end - begin != want or begin < 0 or start + end > size:
             raise ValueError(f"{path}: tensor {name} has offsets {begin}..{end}, needs {want} bytes in the file")
-        tensors[name] = TensorRef(name=name, path=path, dtype=info["dtype"], shape=shape,
-                                  offset=start + begin, nbytes=end - begin)
+        tensors[name] = TensorRef(
+            name=name, path=path, dtype=info["dtype"], shape=shape, offset=start + begin, nbytes=end - begin
+        )
     return tensors, metadata
 
 
@@ -118,8 +130,11 @@ def header_bytes(tensors: list[OutTensor], metadata: dict[str, str]) -> bytes:
     header: dict = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for t in tensors:
-        header[t.name] = {"dtype": t.src.dtype, "shape": list(t.src.shape),
-                          "data_offsets": [offset, offset + t.src.nbytes]}
+        header[t.name] = {
+            "dtype": t.src.dtype,
+            "shape": list(t.src.shape),
+            "data_offsets": [offset, offset + t.src.nbytes],
+        }
         offset += t.src.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the library writes it
@@ -145,7 +160,7 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int) -> None:
 
 def _write_all(fd: int, data: memoryview) -> None:
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 class _Buffers:
@@ -192,8 +207,14 @@ def _write_updated(t: OutTensor, src: int, dst: int, bufs: _Buffers) -> None:
         _write_all(dst, memoryview(bufs.out)[:nbytes])
 
 
-def write_shard(path: str | Path, tensors: list[OutTensor], metadata: dict[str, str],
-                *, block_bytes: int = 64 * 2**20, progress: Callable[[int], None] | None = None) -> int:
+def write_shard(
+    path: str | Path,
+    tensors: list[OutTensor],
+    metadata: dict[str, str],
+    *,
+    block_bytes: int = 64 * 2**20,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Write one safetensors file; return its data bytes. Memory: about ``block_bytes`` x 4."""
     path = Path(path)
     files: dict[Path, int] = {}

@@ -25,14 +25,25 @@ from cookbook.merge import _merge as merge
 def _lora_config(ckpt: merge.LoraCheckpoint, dropout: float = 0.0) -> lora_lib.LoraConfig:
     # Every projection the checkpoint adapts, by its PEFT name (``q_proj``, ``per_layer_input_gate``,
     # ``router.proj``), in the table's order.
-    names = sorted({n for p in ckpt.pairs for n in lora_lib.TUNIX_TO_HF_ALL[p.module.replace(".", "/")]},
-                   key=lora_lib.ALL_HF_PROJECTIONS.index)
+    names = sorted(
+        {n for p in ckpt.pairs for n in lora_lib.TUNIX_TO_HF_ALL[p.module.replace(".", "/")]},
+        key=lora_lib.ALL_HF_PROJECTIONS.index,
+    )
     return lora_lib.LoraConfig(rank=ckpt.rank, alpha=ckpt.alpha, dropout=dropout, targets=tuple(names))
 
 
-def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: str = "tiny", rank: int = 8,
-                         alpha: float = 16.0, targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS,
-                         step: int = 1, b_std: float = 0.05, seed: int = 0) -> Path:
+def make_random_lora_run(
+    base_dir: str | Path,
+    run_dir: str | Path,
+    *,
+    preset: str = "tiny",
+    rank: int = 8,
+    alpha: float = 16.0,
+    targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS,
+    step: int = 1,
+    b_std: float = 0.05,
+    seed: int = 0,
+) -> Path:
     """A LoRA training-run directory with random ``A`` and ``B``, as ``cookbook train`` lays it out."""
     import jax
     from flax import nnx
@@ -49,10 +60,17 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     state = jax.tree.map(lambda x: x + rng.normal(0, b_std, x.shape).astype(x.dtype), state)
     nnx.update(model, state)
     # The keys `cookbook train` writes (RUN_DIR/recipe.json and the checkpoints' metadata).
-    recipe = {"model_preset": p.name, "base_dir": str(Path(base_dir).resolve()),
-              "base_fingerprint": models.fingerprint(base_dir),
-              "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0,
-                       "targets": targets if isinstance(targets, str) else list(targets)}}
+    recipe = {
+        "model_preset": p.name,
+        "base_dir": str(Path(base_dir).resolve()),
+        "base_fingerprint": models.fingerprint(base_dir),
+        "lora": {
+            "rank": rank,
+            "alpha": alpha,
+            "dropout": 0.0,
+            "targets": targets if isinstance(targets, str) else list(targets),
+        },
+    }
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.json").write_text(json.dumps(recipe, indent=2))
     manager = CheckpointManager(str(run_dir / "checkpoints"))
@@ -61,8 +79,14 @@ def make_random_lora_run(base_dir: str | Path, run_dir: str | Path, *, preset: s
     return run_dir
 
 
-def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float = 16.0, seed: int = 0,
-                           targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS) -> Path:
+def ensure_random_lora_run(
+    preset: str = "tiny",
+    *,
+    rank: int = 8,
+    alpha: float = 16.0,
+    seed: int = 0,
+    targets: tuple[str, ...] | str = lora_lib.HF_PROJECTIONS,
+) -> Path:
     """``make_random_lora_run`` on the preset's cached base, itself cached under $COOKBOOK_CACHE."""
     import hashlib
 
@@ -81,9 +105,15 @@ def ensure_random_lora_run(preset: str = "tiny", *, rank: int = 8, alpha: float 
     return run_dir
 
 
-def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray, *, mesh=None,
-                      quantize: str | None = None,
-                      quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE) -> np.ndarray:
+def tunix_lora_logits(
+    base_dir: str | Path,
+    lora: str | Path,
+    tokens: np.ndarray,
+    *,
+    mesh=None,
+    quantize: str | None = None,
+    quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE,
+) -> np.ndarray:
     """Logits ``[B, T, V]`` of the Tunix base model with the checkpoint's LoRA restored into it.
 
     ``quantize``: the base quantized as a QLoRA run trained it (the run's ``train.quantize``
@@ -95,16 +125,23 @@ def tunix_lora_logits(base_dir: str | Path, lora: str | Path, tokens: np.ndarray
 
     ckpt = merge.open_lora_checkpoint(lora)
     p = models.get_preset(ckpt.preset or "")
-    model = lora_lib.apply_lora(models.load_tunix_model(base_dir, p, mesh=mesh), _lora_config(ckpt),
-                                preset=p, mesh=mesh, quantize=quantize, quant_tile=quant_tile)
+    model = lora_lib.apply_lora(
+        models.load_tunix_model(base_dir, p, mesh=mesh),
+        _lora_config(ckpt),
+        preset=p,
+        mesh=mesh,
+        quantize=quantize,
+        quant_tile=quant_tile,
+    )
     manager = CheckpointManager(str(ckpt.step_dir.parent))
     manager.maybe_restore(model, step=ckpt.step, restore_only_lora_params=True)
     manager.close()
     return models.tunix_logits(model, np.asarray(tokens, np.int32), mesh).astype(np.float32)
 
 
-def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray, *,
-              dtype: str = "float32") -> dict[str, np.ndarray]:
+def hf_logits(
+    models_: dict[str, tuple[str | Path, str | Path | None]], tokens: np.ndarray, *, dtype: str = "float32"
+) -> dict[str, np.ndarray]:
     """Logits of several checkpoints from transformers (each optionally + a PEFT adapter).
 
     ``models_`` maps a label to ``(model_dir, adapter_dir or None)``. Computed in one fresh
@@ -128,8 +165,12 @@ def hf_logits(models_: dict[str, tuple[str | Path, str | Path | None]], tokens: 
         return out
 
 
-def verify_merge(reference: np.ndarray, candidates: dict[str, tuple[str | Path, str | Path | None]],
-                 control: tuple[str | Path, str | Path | None], tokens: np.ndarray) -> dict:
+def verify_merge(
+    reference: np.ndarray,
+    candidates: dict[str, tuple[str | Path, str | Path | None]],
+    control: tuple[str | Path, str | Path | None],
+    tokens: np.ndarray,
+) -> dict:
     """Each candidate's transformers logits against ``reference`` (Tunix + LoRA), with a measured bound.
 
     The bound is :mod:`cookbook.core`' 4x the float32 floor: each candidate's float32
@@ -144,11 +185,16 @@ def verify_merge(reference: np.ndarray, candidates: dict[str, tuple[str | Path, 
     logits = hf_logits({control_label: control, **candidates}, tokens, dtype="float32+float64")
     floor = core.merge_floors(*(core.float32_floor(logits[k], logits[f"{k}@float64"]) for k in candidates))
     checks = {k: core.compare(logits[k], reference, floor) for k in [control_label, *candidates]}
-    return {"floor": floor.as_dict(), "bound_max_abs": floor.max_bound, "control": control_label,
-            "diffs": {k: c["max_abs_diff"] for k, c in checks.items()}, "checks": checks,
-            "control_over_bound": checks[control_label]["max_over_bound"],
-            "ok": all(c["ok"] for k, c in checks.items() if k != control_label)
-            and checks[control_label]["max_over_bound"] >= core.CONTROL_SEPARATION}
+    return {
+        "floor": floor.as_dict(),
+        "bound_max_abs": floor.max_bound,
+        "control": control_label,
+        "diffs": {k: c["max_abs_diff"] for k, c in checks.items()},
+        "checks": checks,
+        "control_over_bound": checks[control_label]["max_over_bound"],
+        "ok": all(c["ok"] for k, c in checks.items() if k != control_label)
+        and checks[control_label]["max_over_bound"] >= core.CONTROL_SEPARATION,
+    }
 
 
 def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None, dtype: str = "float32") -> np.ndarray:
@@ -174,8 +220,10 @@ def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None,
             names = [k.replace(".weight", ".default.weight") for k in f.keys()]
         missing = [k for k in names if k not in have and ".v_proj." not in k]
         if missing or not any(k in have for k in names):
-            raise ValueError(f"adapter {adapter_dir} does not fit {model_dir} ({arch}): e.g. {missing[:1]} "
-                             "has no module. Export the adapter with the layout of this base.")
+            raise ValueError(
+                f"adapter {adapter_dir} does not fit {model_dir} ({arch}): e.g. {missing[:1]} "
+                "has no module. Export the adapter with the layout of this base."
+            )
     model.eval()
     with torch.no_grad():
         ids = torch.as_tensor(tokens)
@@ -216,8 +264,16 @@ def checkpoint_table(ckpt: merge.LoraCheckpoint) -> list[dict]:
     rows = []
     for pair in ckpt.pairs:
         hf = list(lora_lib.TUNIX_TO_HF_MODULES[pair.module])
-        rows.append({"layer": pair.layer, "kind": "model" if pair.layer is None else p.layer_kinds[pair.layer], "tunix": pair.module,
-                     "lora_a": tuple(pair.a.shape), "lora_b": tuple(pair.b.shape), "hf": ", ".join(hf)})
+        rows.append(
+            {
+                "layer": pair.layer,
+                "kind": "model" if pair.layer is None else p.layer_kinds[pair.layer],
+                "tunix": pair.module,
+                "lora_a": tuple(pair.a.shape),
+                "lora_b": tuple(pair.b.shape),
+                "hf": ", ".join(hf),
+            }
+        )
     return rows
 
 
@@ -273,17 +329,28 @@ def plot_bench(bench: dict, extrap: dict, axes=None):
     ax.plot([gb[-1], full], [extrap["merge_peak_rss_bytes"] / 2**30] * 2, "--", color="C0", label="extrapolated")
     tun = [r for r in runs if "tunix_peak_rss_bytes" in r]
     if tun:
-        ax.plot([r["base_bytes"] / 1e9 for r in tun], [r["tunix_peak_rss_bytes"] / 2**30 for r in tun], "s",
-                color="C3", label="Tunix saver (measured)")
-        ax.plot([tun[0]["base_bytes"] / 1e9, full],
-                [tun[0]["tunix_peak_rss_bytes"] / 2**30, extrap["tunix_peak_rss_bytes"] / 2**30], "--",
-                color="C3", label="Tunix extrapolated")
+        ax.plot(
+            [r["base_bytes"] / 1e9 for r in tun],
+            [r["tunix_peak_rss_bytes"] / 2**30 for r in tun],
+            "s",
+            color="C3",
+            label="Tunix saver (measured)",
+        )
+        ax.plot(
+            [tun[0]["base_bytes"] / 1e9, full],
+            [tun[0]["tunix_peak_rss_bytes"] / 2**30, extrap["tunix_peak_rss_bytes"] / 2**30],
+            "--",
+            color="C3",
+            label="Tunix extrapolated",
+        )
     ax.set(xlabel="checkpoint size (GB)", ylabel="peak RSS (GiB)", yscale="log", title="host memory")
     ax.legend(fontsize=8)
     ax = axes[1]
     ax.plot(gb, [r["merge_seconds"] for r in runs], "o-", label="cookbook merge")
     ax.plot(gb, [r["copy_seconds"] for r in runs], "^-", label="plain copy")
-    ax.plot([full], [extrap["merge_seconds"]], "o", mfc="none", color="C0", label=f"merge, {extrap['preset']} (extrap.)")
+    ax.plot(
+        [full], [extrap["merge_seconds"]], "o", mfc="none", color="C0", label=f"merge, {extrap['preset']} (extrap.)"
+    )
     ax.plot([full], [extrap["copy_seconds"]], "^", mfc="none", color="C1", label=f"copy, {extrap['preset']} (extrap.)")
     ax.set(xlabel="checkpoint size (GB)", ylabel="seconds", title="wall time (same disk)")
     ax.legend(fontsize=8)
@@ -298,8 +365,13 @@ def plot_verification(result: dict, ax=None):
         _, ax = plt.subplots(figsize=(7, 2.8))
     diffs = result["diffs"]
     ax.barh(list(diffs), list(diffs.values()), color=["C3" if k == result["control"] else "C0" for k in diffs])
-    ax.axvline(result["bound_max_abs"], color="k", ls="--", lw=1,
-               label=f"bound {result['bound_max_abs']:.2g} (4 x float32 floor)")
+    ax.axvline(
+        result["bound_max_abs"],
+        color="k",
+        ls="--",
+        lw=1,
+        label=f"bound {result['bound_max_abs']:.2g} (4 x float32 floor)",
+    )
     ax.set(xscale="log", xlabel="max |logit - Tunix+LoRA logit|")
     ax.legend()
     return ax

@@ -36,9 +36,7 @@ class DistributedInfo:
 def _tpu_pod_env() -> bool:
     """Environment variables that GKE / multislice set on multi-host TPU jobs."""
     hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    return len([h for h in hosts.split(",") if h.strip()]) > 1 or bool(
-        os.environ.get("MEGASCALE_COORDINATOR_ADDRESS")
-    )
+    return len([h for h in hosts.split(",") if h.strip()]) > 1 or bool(os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"))
 
 
 def _on_tpu_host() -> bool:
@@ -46,8 +44,10 @@ def _on_tpu_host() -> bool:
     return core.on_tpu_host() and os.environ.get("JAX_PLATFORMS", "") != "cpu"
 
 
-_LISTENS = ("process 0 listens where its coordinator_bind_address or $JAX_COORDINATOR_BIND_ADDRESS says; "
-            "a 127.0.0.1 coordinator, on its own host only")
+_LISTENS = (
+    "process 0 listens where its coordinator_bind_address or $JAX_COORDINATOR_BIND_ADDRESS says; "
+    "a 127.0.0.1 coordinator, on its own host only"
+)
 
 
 def _is_loopback(host: str) -> bool:
@@ -133,9 +133,12 @@ def initialize_distributed(
             _wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
         bind = _bind_address(coordinator, coordinator_bind_address)
         if process_id == 0 and bind is None and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
-            print(f"cookbook: the coordinator listens on every interface at port {coordinator.rpartition(':')[2]} "
-                  "(JAX's default): pass coordinator_bind_address='ADDR:PORT' or set JAX_COORDINATOR_BIND_ADDRESS "
-                  "to the interface the other hosts reach, and let only them reach that port", file=sys.stderr)
+            print(
+                f"cookbook: the coordinator listens on every interface at port {coordinator.rpartition(':')[2]} "
+                "(JAX's default): pass coordinator_bind_address='ADDR:PORT' or set JAX_COORDINATOR_BIND_ADDRESS "
+                "to the interface the other hosts reach, and let only them reach that port",
+                file=sys.stderr,
+            )
         try:
             jax.distributed.initialize(
                 coordinator_address=coordinator,
@@ -163,14 +166,10 @@ def initialize_distributed(
             if _tpu_pod_env():
                 raise
             # no cluster detected (e.g. a notebook runtime without TPU metadata): one host
-            return DistributedInfo(
-                initialized=False, mode="single-host", process_count=1, process_index=0
-            )
+            return DistributedInfo(initialized=False, mode="single-host", process_count=1, process_index=0)
         mode = "tpu-pod"
     else:
-        return DistributedInfo(
-            initialized=False, mode="single-host", process_count=1, process_index=0
-        )
+        return DistributedInfo(initialized=False, mode="single-host", process_count=1, process_index=0)
     return DistributedInfo(
         initialized=True,
         mode=mode,
@@ -221,8 +220,10 @@ def check_same_everywhere(payload: str, what: str = "config") -> None:
     everyone = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count())
     differ = [i for i, d in enumerate(everyone) if d != everyone[0]]
     if differ:
-        raise ValueError(f"the processes disagree on the {what}: processes {differ} differ from process 0. "
-                         "Start every process with the same command and data (cookbook launch does).")
+        raise ValueError(
+            f"the processes disagree on the {what}: processes {differ} differ from process 0. "
+            "Start every process with the same command and data (cookbook launch does)."
+        )
 
 
 def sharded_checksum(mesh, size: int = 1024) -> dict[str, Any]:

@@ -37,15 +37,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def process_env(base: dict[str, str], *, coordinator: str, processes: int, process_id: int,
-                devices_per_process: int) -> dict[str, str]:
+def process_env(
+    base: dict[str, str], *, coordinator: str, processes: int, process_id: int, devices_per_process: int
+) -> dict[str, str]:
     """The environment of process ``process_id``: the job's coordinates and its own devices."""
     env = dict(base)
     flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
     env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices_per_process}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    env.update(COOKBOOK_COORDINATOR=coordinator, COOKBOOK_NUM_PROCESSES=str(processes),
-               COOKBOOK_PROCESS_ID=str(process_id))
+    env.update(
+        COOKBOOK_COORDINATOR=coordinator, COOKBOOK_NUM_PROCESSES=str(processes), COOKBOOK_PROCESS_ID=str(process_id)
+    )
     return env
 
 
@@ -73,8 +75,15 @@ class _quiet:
         return kind is not None and issubclass(kind, ProcessLookupError | PermissionError)
 
 
-def launch_local(command: Sequence[str], *, processes: int = 2, devices_per_process: int = 4,
-           timeout_s: float = 1800.0, grace_s: float = 10.0, out=None) -> int:
+def launch_local(
+    command: Sequence[str],
+    *,
+    processes: int = 2,
+    devices_per_process: int = 4,
+    timeout_s: float = 1800.0,
+    grace_s: float = 10.0,
+    out=None,
+) -> int:
     """Run ``cookbook <command>`` in ``processes`` local JAX processes; their exit status.
 
     Returns 0 when every process exits 0; otherwise the first failing process's code (or 1
@@ -93,10 +102,19 @@ def launch_local(command: Sequence[str], *, processes: int = 2, devices_per_proc
     lock = threading.Lock()
     procs = []
     for i in range(processes):
-        env = process_env(base, coordinator=coordinator, processes=processes, process_id=i,
-                          devices_per_process=devices_per_process)
-        procs.append(subprocess.Popen([sys.executable, "-m", "cookbook", *command], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        env = process_env(
+            base, coordinator=coordinator, processes=processes, process_id=i, devices_per_process=devices_per_process
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "cookbook", *command],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
         with lock:
             print(f"[launch] process {i} of {processes}: pid {procs[-1].pid}", file=out, flush=True)
 
@@ -138,13 +156,15 @@ def launch_local(command: Sequence[str], *, processes: int = 2, devices_per_proc
 
 def register_cli(sub) -> None:
     p = sub.add_parser(
-        "launch", help="run a cookbook command in several local JAX processes (a multi-host slice on one machine)",
+        "launch",
+        help="run a cookbook command in several local JAX processes (a multi-host slice on one machine)",
         description="Start N local processes of `cookbook COMMAND ...` with fake CPU devices and a coordinator on "
-                    "127.0.0.1 (listening on loopback only), stream their output, and stop them all if one fails. "
-                    "Several hosts: run the command on each with --coordinator HOST:PORT (process 0's address, "
-                    "reachable from every host) and set JAX_COORDINATOR_BIND_ADDRESS on process 0 to the "
-                    "interface they reach; otherwise it listens on every interface. Example: cookbook launch "
-                    "--processes 2 --devices-per-process 4 -- train --preset tiny --mesh 4x2 --out runs/two-hosts")
+        "127.0.0.1 (listening on loopback only), stream their output, and stop them all if one fails. "
+        "Several hosts: run the command on each with --coordinator HOST:PORT (process 0's address, "
+        "reachable from every host) and set JAX_COORDINATOR_BIND_ADDRESS on process 0 to the "
+        "interface they reach; otherwise it listens on every interface. Example: cookbook launch "
+        "--processes 2 --devices-per-process 4 -- train --preset tiny --mesh 4x2 --out runs/two-hosts",
+    )
     p.add_argument("--processes", type=int, default=2, help="JAX processes (hosts) to start")
     p.add_argument("--devices-per-process", type=int, default=4, help="fake CPU devices per process")
     p.add_argument("--timeout", type=float, default=1800.0, help="wall-clock limit for the whole job, seconds")
@@ -155,8 +175,9 @@ def register_cli(sub) -> None:
 def _cli(args) -> int:
     command = [a for a in args.cookbook_command if a != "--"]
     try:
-        return launch_local(command, processes=args.processes, devices_per_process=args.devices_per_process,
-                      timeout_s=args.timeout)
+        return launch_local(
+            command, processes=args.processes, devices_per_process=args.devices_per_process, timeout_s=args.timeout
+        )
     except ValueError as e:
         print(f"cookbook launch: {e}", file=sys.stderr)
         return 2

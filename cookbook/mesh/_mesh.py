@@ -30,9 +30,7 @@ def make_mesh(fsdp: int, tp: int, *, devices=None):
 
     devices = list(devices if devices is not None else jax.devices())
     if fsdp * tp > len(devices):
-        raise ValueError(
-            f"mesh fsdp={fsdp} x tp={tp} needs {fsdp * tp} devices; only {len(devices)} are present"
-        )
+        raise ValueError(f"mesh fsdp={fsdp} x tp={tp} needs {fsdp * tp} devices; only {len(devices)} are present")
     grid = np.asarray(devices[: fsdp * tp]).reshape(fsdp, tp)
     return jax.sharding.Mesh(grid, ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
@@ -73,17 +71,9 @@ def mesh_rules(preset: str | models.ModelPreset, batch: int | None = None) -> li
         )
         tp.append(("head dim (global)", p.global_head_dim, "global q/k RMSNorm scale (on tp)"))
     rules = [MeshAxisRule(axis="tp", dimension=d, size=s, where=w) for d, s, w in tp]
-    rules.append(
-        MeshAxisRule(
-            axis="fsdp", dimension="embed", size=p.embed_dim, where="all weights (D on fsdp)"
-        )
-    )
+    rules.append(MeshAxisRule(axis="fsdp", dimension="embed", size=p.embed_dim, where="all weights (D on fsdp)"))
     if batch is not None:
-        rules.append(
-            MeshAxisRule(
-                axis="fsdp", dimension="batch", size=batch, where="activations (B on fsdp)"
-            )
-        )
+        rules.append(MeshAxisRule(axis="fsdp", dimension="batch", size=batch, where="activations (B on fsdp)"))
     return rules
 
 
@@ -91,9 +81,7 @@ class MeshError(ValueError):
     """A mesh that does not fit the model, the batch or the devices."""
 
 
-def valid_meshes(
-    preset: str | models.ModelPreset, num_devices: int, batch: int | None = None
-) -> list[tuple[int, int]]:
+def valid_meshes(preset: str | models.ModelPreset, num_devices: int, batch: int | None = None) -> list[tuple[int, int]]:
     """All (fsdp, tp) with fsdp * tp == num_devices that :func:`validate_mesh` accepts."""
     out = []
     for tp in range(1, num_devices + 1):
@@ -139,19 +127,14 @@ def validate_mesh(
     bad = _violations(p, fsdp, tp, batch)
     if bad:
         what = "; ".join(
-            f"{r.axis}={fsdp if r.axis == 'fsdp' else tp} does not divide {r.dimension} = {r.size} "
-            f"({r.where})"
+            f"{r.axis}={fsdp if r.axis == 'fsdp' else tp} does not divide {r.dimension} = {r.size} ({r.where})"
             for r in bad
         )
         valid = valid_meshes(p, n, batch)
         hint = f"valid (fsdp, tp) for {n} devices: {_fmt(valid)}"
         if not valid and batch is not None:
-            hint += (
-                f" (none at batch {batch}; valid batch sizes are multiples of {_min_batch(p, n)})"
-            )
-        raise MeshError(
-            f"mesh fsdp={fsdp} x tp={tp} does not fit preset {p.name!r}: {what}. {hint}"
-        )
+            hint += f" (none at batch {batch}; valid batch sizes are multiples of {_min_batch(p, n)})"
+        raise MeshError(f"mesh fsdp={fsdp} x tp={tp} does not fit preset {p.name!r}: {what}. {hint}")
 
 
 def _fmt(meshes: list[tuple[int, int]]) -> str:
@@ -184,9 +167,7 @@ def max_tp(preset: str | models.ModelPreset) -> tuple[int, str]:
     return tp, bound.dimension
 
 
-def choose_mesh(
-    preset: str | models.ModelPreset, slice_: str | core.SliceSpec | int, batch: int
-) -> MeshChoice:
+def choose_mesh(preset: str | models.ModelPreset, slice_: str | core.SliceSpec | int, batch: int) -> MeshChoice:
     """Pick (fsdp, tp) for training ``preset`` on a slice (or a device count) at ``batch``.
 
     Policy: as much tensor parallelism as the model allows (tp shards weights and compute
@@ -204,28 +185,19 @@ def choose_mesh(
         raise MeshError(
             f"no mesh over the {n} devices of {s.name} fits preset {p.name!r} at batch {batch}: "
             f"model-valid meshes are {_fmt(any_batch)} and each needs the batch to divide by fsdp; "
-            f"use a batch that is a multiple of {_min_batch(p, n)}"
-            + (" (or fewer devices)" if any_batch else "")
+            f"use a batch that is a multiple of {_min_batch(p, n)}" + (" (or fewer devices)" if any_batch else "")
         )
     fsdp, tp = max(candidates, key=lambda c: c[1])
     why = [
         f"{s.name} has {n} devices.",
         f"tp is capped at {limit} by {bound} = "
         f"{next(r.size for r in mesh_rules(p) if r.dimension == bound)}"
-        + (
-            f" (query heads: {p.num_heads}, KV heads: {p.num_kv_heads})."
-            if bound != "query heads"
-            else "."
-        ),
+        + (f" (query heads: {p.num_heads}, KV heads: {p.num_kv_heads})." if bound != "query heads" else "."),
     ]
     if tp < min(limit, n):
-        why.append(
-            f"tp={min(limit, n)} would leave fsdp={n // min(limit, n)}, which batch {batch} does not fill."
-        )
+        why.append(f"tp={min(limit, n)} would leave fsdp={n // min(limit, n)}, which batch {batch} does not fill.")
     why.append(
         f"Chose fsdp={fsdp} x tp={tp}: the largest tp that fits, the remaining factor {fsdp} on fsdp "
         f"(batch {batch} divides by it)."
     )
-    return MeshChoice(
-        fsdp=fsdp, tp=tp, slice=s.name, reason=" ".join(why), candidates=tuple(candidates)
-    )
+    return MeshChoice(fsdp=fsdp, tp=tp, slice=s.name, reason=" ".join(why), candidates=tuple(candidates))

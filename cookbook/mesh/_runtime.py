@@ -23,9 +23,7 @@ class Runtime:
     def describe(self) -> str:
         procs = f"{self.process_count} process{'es' if self.process_count > 1 else ''}"
         if self.platform == "tpu":
-            where = (
-                self.slice.describe() if self.slice else f"{self.num_devices} x {self.device_kind}"
-            )
+            where = self.slice.describe() if self.slice else f"{self.num_devices} x {self.device_kind}"
             return f"TPU: {where}; {self.num_local_devices} chips on this host, {procs}"
         if self.platform == "gpu":
             return f"GPU: {self.num_devices} x {self.device_kind}, {procs}"

@@ -11,14 +11,28 @@ def slice_table() -> list[dict[str, Any]]:
     """One row per TPU slice the cookbook plans for, with its on-demand price where sourced."""
     rows = []
     for s in core.SLICES.values():
-        price = next((p.usd_per_hour for p in core.PRICES
-                      if p.platform == core.platform_of_slice(s) and p.pricing == "on_demand"), None)
-        rows.append({
-            "slice": s.name, "chips": s.num_chips, "hosts": s.num_hosts, "topology": s.topology,
-            "HBM/chip GB": s.chip.hbm_bytes / 1e9, "bf16 TFLOP/s/chip": s.chip.bf16_flops / 1e12,
-            "HBM GB/s/chip": s.chip.hbm_bytes_per_s / 1e9, "slice HBM GB": s.hbm_bytes / 1e9,
-            "slice PFLOP/s": s.bf16_flops / 1e15, "$/h": price,
-        })
+        price = next(
+            (
+                p.usd_per_hour
+                for p in core.PRICES
+                if p.platform == core.platform_of_slice(s) and p.pricing == "on_demand"
+            ),
+            None,
+        )
+        rows.append(
+            {
+                "slice": s.name,
+                "chips": s.num_chips,
+                "hosts": s.num_hosts,
+                "topology": s.topology,
+                "HBM/chip GB": s.chip.hbm_bytes / 1e9,
+                "bf16 TFLOP/s/chip": s.chip.bf16_flops / 1e12,
+                "HBM GB/s/chip": s.chip.hbm_bytes_per_s / 1e9,
+                "slice HBM GB": s.hbm_bytes / 1e9,
+                "slice PFLOP/s": s.bf16_flops / 1e15,
+                "$/h": price,
+            }
+        )
     return rows
 
 
@@ -49,8 +63,13 @@ def slice_meshes(preset, slices: list[str], batch: int) -> list[dict[str, Any]]:
     rows = []
     for name in slices:
         s = core.get_slice(name)
-        row = {"slice": s.name, "hosts": s.num_hosts, "chips": s.num_chips, "chips/host": s.chips_per_host,
-               "batch": batch}
+        row = {
+            "slice": s.name,
+            "hosts": s.num_hosts,
+            "chips": s.num_chips,
+            "chips/host": s.chips_per_host,
+            "batch": batch,
+        }
         try:
             c = choose_mesh(preset, s, batch)
             row.update(mesh=f"{c.fsdp} x {c.tp}", rows_per_host=batch // s.num_hosts)

@@ -224,9 +224,7 @@ class ModelPreset:
             global_head_dim=self.global_head_dim,
             attention_k_eq_v=self.k_eq_v_global,
             sliding_window=self.sliding_window,
-            layer_types=[
-                "full_attention" if k == "global" else "sliding_attention" for k in self.layer_kinds
-            ],
+            layer_types=["full_attention" if k == "global" else "sliding_attention" for k in self.layer_kinds],
             final_logit_softcapping=self.final_logit_softcap,
             rope_parameters={
                 "sliding_attention": {"rope_type": "default", "rope_theta": self.local_rope_theta},

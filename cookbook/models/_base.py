@@ -150,9 +150,7 @@ def _build_record(p: models.ModelPreset, seed: int, num_shards: int) -> dict:
     return {"preset": p.name, "seed": seed, "num_shards": num_shards, "version": BASE_FORMAT_VERSION}
 
 
-def build_random_base(
-    preset: str | models.ModelPreset, out: str | Path, *, seed: int = 0, num_shards: int = 2
-) -> Path:
+def build_random_base(preset: str | models.ModelPreset, out: str | Path, *, seed: int = 0, num_shards: int = 2) -> Path:
     """Build a random base checkpoint in the released layout, atomically.
 
     Written to a temporary sibling directory and renamed into place when complete, so an
@@ -238,14 +236,19 @@ def _download(p: models.ModelPreset, out: str | Path | None) -> Path:
             token=token,
         )
     except hub_errors.GatedRepoError:
-        raise BaseDownloadError(_download_advice(p, token, "the Hub refused this token access to the gated "
-                                                           "weights")) from None
+        raise BaseDownloadError(
+            _download_advice(p, token, "the Hub refused this token access to the gated weights")
+        ) from None
     except (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError):
-        raise BaseDownloadError(_download_advice(p, token, "the Hub did not find it for this token (a "
-                                                           "missing or wrong token reads the same)")) from None
+        raise BaseDownloadError(
+            _download_advice(
+                p, token, "the Hub did not find it for this token (a missing or wrong token reads the same)"
+            )
+        ) from None
     except hub_errors.LocalEntryNotFoundError:
-        raise BaseDownloadError(_download_advice(p, token, "this host cannot reach the Hub and has no "
-                                                           "downloaded copy")) from None
+        raise BaseDownloadError(
+            _download_advice(p, token, "this host cannot reach the Hub and has no downloaded copy")
+        ) from None
     except (hub_errors.HfHubHTTPError, OSError) as e:
         raise BaseDownloadError(_download_advice(p, token, f"{type(e).__name__}")) from None
     return Path(path)
@@ -254,11 +257,13 @@ def _download(p: models.ModelPreset, out: str | Path | None) -> Path:
 def _download_advice(p: models.ModelPreset, token: str | None, why: str) -> str:
     """What to do when a download failed. Names ``HF_TOKEN``, never its value."""
     has_token = "set" if token else "not set"
-    return (f"cannot download {p.hf_checkpoint} for preset {p.name}: {why}. The Gemma weights are gated: "
-            f"accept the Gemma licence at https://huggingface.co/{p.hf_checkpoint} with your Hugging Face "
-            f"account, set HF_TOKEN to a read token of that account (HF_TOKEN is {has_token} here) and run "
-            "this on a host that reaches huggingface.co; or, with a local copy of the checkpoint, skip "
-            "this step and pass its directory as --base DIR (cookbook train / cookbook merge)")
+    return (
+        f"cannot download {p.hf_checkpoint} for preset {p.name}: {why}. The Gemma weights are gated: "
+        f"accept the Gemma licence at https://huggingface.co/{p.hf_checkpoint} with your Hugging Face "
+        f"account, set HF_TOKEN to a read token of that account (HF_TOKEN is {has_token} here) and run "
+        "this on a host that reaches huggingface.co; or, with a local copy of the checkpoint, skip "
+        "this step and pass its directory as --base DIR (cookbook train / cookbook merge)"
+    )
 
 
 def _colab_secret(name: str) -> str | None:

@@ -35,8 +35,12 @@ REMAT_CHOICES: dict[str, RematChoice] = {
         RematChoice(name="none", tunix="none", policy=None, saves="every activation"),
         RematChoice(name="block", tunix="block", policy=None, saves="inputs of each attention block and MLP"),
         RematChoice(name="decoder", tunix="decoder", policy=None, saves="the input of each decoder layer"),
-        RematChoice(name="decoder_dots", tunix="decoder", policy="dots_with_no_batch_dims_saveable",
-                    saves="decoder inputs and every weight-matmul output (attention scores recomputed)"),
+        RematChoice(
+            name="decoder_dots",
+            tunix="decoder",
+            policy="dots_with_no_batch_dims_saveable",
+            saves="decoder inputs and every weight-matmul output (attention scores recomputed)",
+        ),
     )
 }
 

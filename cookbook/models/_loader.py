@@ -34,12 +34,16 @@ def read_checkpoint_index(ckpt_dir: str | Path) -> dict[str, str]:
         weight_map = json.loads(index.read_text())["weight_map"]
         for shard in set(weight_map.values()):
             if Path(shard).name != shard or shard in {".", ".."}:
-                raise ValueError(f"{index}: shard name {shard!r} points outside the checkpoint directory; an index "
-                                 "may only name files beside it: restore the checkpoint's own index (download "
-                                 "it again, or rebuild it with `cookbook base`)")
+                raise ValueError(
+                    f"{index}: shard name {shard!r} points outside the checkpoint directory; an index "
+                    "may only name files beside it: restore the checkpoint's own index (download "
+                    "it again, or rebuild it with `cookbook base`)"
+                )
             if not (ckpt_dir / shard).is_file():
-                raise FileNotFoundError(f"{index} names {shard!r}, which is missing from {ckpt_dir}: copy the "
-                                        "whole checkpoint directory (every shard the index names)")
+                raise FileNotFoundError(
+                    f"{index} names {shard!r}, which is missing from {ckpt_dir}: copy the "
+                    "whole checkpoint directory (every shard the index names)"
+                )
         return dict(weight_map)
     single = ckpt_dir / "model.safetensors"
     if single.is_file():
@@ -107,8 +111,12 @@ def expected_hf_shapes(preset: models.ModelPreset, prefix: str = "model.language
         shapes[layer + "mlp.gate_proj.weight"] = (width, d)
         shapes[layer + "mlp.up_proj.weight"] = (width, d)
         shapes[layer + "mlp.down_proj.weight"] = (d, width)
-        norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                 "post_feedforward_layernorm"]
+        norms = [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ]
         if p.is_moe:
             assert p.num_experts and p.expert_dim
             e, f = p.num_experts, p.expert_dim
@@ -236,15 +244,22 @@ def check_kv_sharing_matches(preset: models.ModelPreset) -> None:
 
     cfg = preset.tunix_config()
     kinds = [cfg.attention_pattern[i % len(cfg.attention_pattern)] for i in range(cfg.num_layers)]
-    tunix = tuple(gemma4.create_kv_cache_sharing_patterns(
-        num_layers=cfg.num_layers, frac_shared_layers=cfg.frac_shared_layers, share_global=True,
-        share_local=True, attention_types=tuple(kinds)))
+    tunix = tuple(
+        gemma4.create_kv_cache_sharing_patterns(
+            num_layers=cfg.num_layers,
+            frac_shared_layers=cfg.frac_shared_layers,
+            share_global=True,
+            share_local=True,
+            attention_types=tuple(kinds),
+        )
+    )
     if tunix != preset.kv_source_layers:
         raise ValueError(
             f"preset {preset.name!r}: Tunix would give its KV-shared layers the keys and values of layers "
-            f"{list(tunix[preset.first_kv_shared_layer:])}, transformers those of "
-            f"{list(preset.kv_source_layers[preset.first_kv_shared_layer:])}. Choose num_kv_shared_layers so "
-            "that the last non-shared layer is global and the one before it sliding (as E2B and E4B do).")
+            f"{list(tunix[preset.first_kv_shared_layer :])}, transformers those of "
+            f"{list(preset.kv_source_layers[preset.first_kv_shared_layer :])}. Choose num_kv_shared_layers so "
+            "that the last non-shared layer is global and the one before it sliding (as E2B and E4B do)."
+        )
 
 
 def unused_kv_params(preset: models.ModelPreset) -> dict[str, tuple[int, ...]]:

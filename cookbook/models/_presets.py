@@ -28,9 +28,19 @@ def tiny() -> ModelPreset:
     (fsdp x tp) mesh, and the 2 global KV heads cap tp at 2 exactly as 31B's 4 cap it at 4.
     """
     return ModelPreset(
-        name="tiny", hf_checkpoint=None, twin_of="gemma4_31b",
-        num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=512,
-        num_heads=8, head_dim=32, num_kv_heads=4, num_global_kv_heads=2, global_head_dim=64, sliding_window=64,
+        name="tiny",
+        hf_checkpoint=None,
+        twin_of="gemma4_31b",
+        num_layers=6,
+        vocab_size=1024,
+        embed_dim=128,
+        hidden_dim=512,
+        num_heads=8,
+        head_dim=32,
+        num_kv_heads=4,
+        num_global_kv_heads=2,
+        global_head_dim=64,
+        sliding_window=64,
         attention_pattern=SLIDING_5_GLOBAL_1,
         k_eq_v_global=True,
         max_position_embeddings=4096,
@@ -73,9 +83,19 @@ def tiny_e2b() -> ModelPreset:
     (``ModelPreset.kv_source_layers``).
     """
     return ModelPreset(
-        name="tiny_e2b", hf_checkpoint=None, twin_of="gemma4_e2b",
-        num_layers=10, vocab_size=1024, embed_dim=128, hidden_dim=512,
-        num_heads=8, head_dim=32, num_kv_heads=1, num_global_kv_heads=None, global_head_dim=64, sliding_window=64,
+        name="tiny_e2b",
+        hf_checkpoint=None,
+        twin_of="gemma4_e2b",
+        num_layers=10,
+        vocab_size=1024,
+        embed_dim=128,
+        hidden_dim=512,
+        num_heads=8,
+        head_dim=32,
+        num_kv_heads=1,
+        num_global_kv_heads=None,
+        global_head_dim=64,
+        sliding_window=64,
         attention_pattern=SLIDING_4_GLOBAL_1,
         k_eq_v_global=False,
         per_layer_input_dim=32,
@@ -96,9 +116,19 @@ def tiny_26b_a4b() -> ModelPreset:
     quarters of it (26B-A4B: 704 and 2112 of 2816).
     """
     return ModelPreset(
-        name="tiny_26b_a4b", hf_checkpoint=None, twin_of="gemma4_26b_a4b",
-        num_layers=6, vocab_size=1024, embed_dim=128, hidden_dim=96,
-        num_heads=8, head_dim=32, num_kv_heads=4, num_global_kv_heads=2, global_head_dim=64, sliding_window=64,
+        name="tiny_26b_a4b",
+        hf_checkpoint=None,
+        twin_of="gemma4_26b_a4b",
+        num_layers=6,
+        vocab_size=1024,
+        embed_dim=128,
+        hidden_dim=96,
+        num_heads=8,
+        head_dim=32,
+        num_kv_heads=4,
+        num_global_kv_heads=2,
+        global_head_dim=64,
+        sliding_window=64,
         attention_pattern=SLIDING_5_GLOBAL_1,
         k_eq_v_global=True,
         num_experts=8,
@@ -201,8 +231,7 @@ def gemma4_e4b() -> ModelPreset:
 
 
 PRESETS = {
-    f.__name__: f
-    for f in (tiny, small, tiny_e2b, tiny_26b_a4b, gemma4_e2b, gemma4_e4b, gemma4_31b, gemma4_26b_a4b)
+    f.__name__: f for f in (tiny, small, tiny_e2b, tiny_26b_a4b, gemma4_e2b, gemma4_e4b, gemma4_31b, gemma4_26b_a4b)
 }
 
 
@@ -213,9 +242,7 @@ def get_preset(name: str | ModelPreset) -> ModelPreset:
     try:
         return PRESETS[name]()
     except KeyError:
-        raise ValueError(
-            f"Unknown model preset {name!r}. Choose one of: {', '.join(PRESETS)}."
-        ) from None
+        raise ValueError(f"Unknown model preset {name!r}. Choose one of: {', '.join(PRESETS)}.") from None
 
 
 def describe(preset: ModelPreset) -> dict[str, Any]:

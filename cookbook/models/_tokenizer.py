@@ -86,7 +86,9 @@ def _training_corpus() -> list[str]:
     words = _CORPUS_WORDS
     for i, w in enumerate(words):
         other = words[(i * 7 + 3) % len(words)]
-        lines.append(f"Write a Verilog module named {w}_{other} that {words[(i * 5) % len(words)]} two {i % 64 + 1}-bit inputs.")
+        lines.append(
+            f"Write a Verilog module named {w}_{other} that {words[(i * 5) % len(words)]} two {i % 64 + 1}-bit inputs."
+        )
         for j, template in enumerate(_CORPUS_CODE):
             lines.append(template.format(n=f"{w}_{other}", w=(i + j) % 64, op=_OPS[(i + j) % len(_OPS)]))
     lines.extend(str(n) for n in range(0, 130))

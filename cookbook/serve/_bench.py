@@ -73,8 +73,7 @@ class RequestResult:
 
 # ------------------------------------------------------------------------------------------
 # Prompts
-def random_prompts(vocab_size: int, num: int, length: int, *, seed: int = 0,
-                   first_id: int = 32) -> list[list[int]]:
+def random_prompts(vocab_size: int, num: int, length: int, *, seed: int = 0, first_id: int = 32) -> list[list[int]]:
     """``num`` prompts of exactly ``length`` random token ids (skipping special ids < first_id).
 
     Random ids avoid prefix-cache hits between prompts, as vLLM's "random" data set does.
@@ -103,8 +102,10 @@ def scenario_prompts(scenario: Scenario, *, vocab_size: int, tokenizer=None) -> 
 # The load generator
 # A bearer token, or an Authorization header's value, in any text: aiohttp's exceptions carry the
 # request's headers (``repr`` of a ClientResponseError shows ``'Authorization': 'Bearer KEY'``).
-_CREDENTIAL = re.compile(r"(?i)(\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?|\bbearer\s+)"
-                         r"[^\s'\",)>]+")
+_CREDENTIAL = re.compile(
+    r"(?i)(\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?|\bbearer\s+)"
+    r"[^\s'\",)>]+"
+)
 REDACTED = "<redacted>"
 
 
@@ -125,13 +126,20 @@ def _describe(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split()) if str(e) else type(e).__name__
 
 
-async def _request(session, url: str, headers: dict, model: str, prompt: list[int] | str,
-                   output_len: int, due: float) -> RequestResult:
+async def _request(
+    session, url: str, headers: dict, model: str, prompt: list[int] | str, output_len: int, due: float
+) -> RequestResult:
     import aiohttp
 
-    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True},
-            "ignore_eos": True}  # vLLM extension: exactly output_len tokens
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }  # vLLM extension: exactly output_len tokens
     n_prompt = len(prompt) if isinstance(prompt, list) else 0
     key = headers.get("Authorization", "").removeprefix("Bearer ")
     chunks: list[float] = []
@@ -139,8 +147,9 @@ async def _request(session, url: str, headers: dict, model: str, prompt: list[in
     try:
         async with session.post(url, json=body, headers=headers) as resp:
             if resp.status != 200:
-                return RequestResult(ok=False, prompt_len=n_prompt,
-                                     error=redact(f"HTTP {resp.status}: {(await resp.text())[:300]}", key))
+                return RequestResult(
+                    ok=False, prompt_len=n_prompt, error=redact(f"HTTP {resp.status}: {(await resp.text())[:300]}", key)
+                )
             buffer = b""
             async for raw in resp.content.iter_any():
                 now = time.perf_counter()
@@ -163,14 +172,27 @@ async def _request(session, url: str, headers: dict, model: str, prompt: list[in
         return RequestResult(ok=False, prompt_len=n_prompt, error=redact(_describe(e), key))
     if not chunks:
         return RequestResult(ok=False, prompt_len=n_prompt, error="no tokens streamed")
-    return RequestResult(ok=True, prompt_len=n_prompt, output_tokens=usage_tokens or len(chunks),
-                         ttft_s=chunks[0] - due, e2e_s=chunks[-1] - due,
-                         itl_s=list(np.diff(chunks)))
+    return RequestResult(
+        ok=True,
+        prompt_len=n_prompt,
+        output_tokens=usage_tokens or len(chunks),
+        ttft_s=chunks[0] - due,
+        e2e_s=chunks[-1] - due,
+        itl_s=list(np.diff(chunks)),
+    )
 
 
-async def _run_point_async(base_url: str, model: str, prompts: list, output_len: int,
-                           concurrency: int | None, request_rate: float | None, api_key: str | None,
-                           seed: int, timeout_s: float) -> tuple[list[RequestResult], float]:
+async def _run_point_async(
+    base_url: str,
+    model: str,
+    prompts: list,
+    output_len: int,
+    concurrency: int | None,
+    request_rate: float | None,
+    api_key: str | None,
+    seed: int,
+    timeout_s: float,
+) -> tuple[list[RequestResult], float]:
     import aiohttp
 
     url = base_url.rstrip("/") + "/completions"
@@ -190,8 +212,7 @@ async def _run_point_async(base_url: str, model: str, prompts: list, output_len:
             return await _request(session, url, headers, model, prompt, output_len, time.perf_counter())
 
     conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn,
-                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         results = await asyncio.gather(*(one(p, d) for p, d in zip(prompts, dues, strict=True)))
     return list(results), time.perf_counter() - t0
 
@@ -206,31 +227,61 @@ def _run_sync(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def run_point(base_url: str, model: str, prompts: list, output_len: int, *,
-              concurrency: int | None = None, request_rate: float | None = None,
-              api_key: str | None = None, seed: int = 0, timeout_s: float = 600.0,
-              label: str = "vllm") -> dict[str, Any]:
+def run_point(
+    base_url: str,
+    model: str,
+    prompts: list,
+    output_len: int,
+    *,
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    api_key: str | None = None,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    label: str = "vllm",
+) -> dict[str, Any]:
     """Send ``prompts`` to an OpenAI-compatible server; return :func:`summarize`'s record."""
-    results, duration = _run_sync(_run_point_async(base_url, model, prompts, output_len,
-                                                   concurrency, request_rate, api_key, seed, timeout_s))
-    return summarize(results, duration, label=label, concurrency=concurrency,
-                     request_rate=request_rate, output_len=output_len)
+    results, duration = _run_sync(
+        _run_point_async(base_url, model, prompts, output_len, concurrency, request_rate, api_key, seed, timeout_s)
+    )
+    return summarize(
+        results, duration, label=label, concurrency=concurrency, request_rate=request_rate, output_len=output_len
+    )
 
 
-def run_scenario(base_url: str, model: str, scenario: Scenario, *, vocab_size: int,
-                 tokenizer=None, api_key: str | None = None) -> dict[str, Any]:
+def run_scenario(
+    base_url: str, model: str, scenario: Scenario, *, vocab_size: int, tokenizer=None, api_key: str | None = None
+) -> dict[str, Any]:
     """Run a named :class:`Scenario` (e.g. :data:`PAPER_BURST`) once."""
     prompts = scenario_prompts(scenario, vocab_size=vocab_size, tokenizer=tokenizer)
-    point = run_point(base_url, model, prompts, scenario.output_len, concurrency=scenario.concurrency,
-                      request_rate=scenario.request_rate, api_key=api_key, seed=scenario.seed)
+    point = run_point(
+        base_url,
+        model,
+        prompts,
+        scenario.output_len,
+        concurrency=scenario.concurrency,
+        request_rate=scenario.request_rate,
+        api_key=api_key,
+        seed=scenario.seed,
+    )
     return {"scenario": dataclasses.asdict(scenario), **point}
 
 
-def sweep(base_url: str, model: str, prompts: list, output_len: int, concurrencies: list[int], *,
-          api_key: str | None = None, label: str = "vllm") -> list[dict[str, Any]]:
+def sweep(
+    base_url: str,
+    model: str,
+    prompts: list,
+    output_len: int,
+    concurrencies: list[int],
+    *,
+    api_key: str | None = None,
+    label: str = "vllm",
+) -> list[dict[str, Any]]:
     """One :func:`run_point` per concurrency (``len(prompts)`` requests each)."""
-    return [run_point(base_url, model, prompts, output_len, concurrency=c, api_key=api_key, label=label)
-            for c in concurrencies]
+    return [
+        run_point(base_url, model, prompts, output_len, concurrency=c, api_key=api_key, label=label)
+        for c in concurrencies
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -239,8 +290,12 @@ def _pcts(values: list[float]) -> dict[str, float]:
     v = np.asarray([x for x in values if np.isfinite(x)], dtype=float) * 1000.0
     if v.size == 0:
         return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
-    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
-            "p90": float(np.percentile(v, 90)), "p99": float(np.percentile(v, 99))}
+    return {
+        "mean": float(v.mean()),
+        "p50": float(np.percentile(v, 50)),
+        "p90": float(np.percentile(v, 90)),
+        "p99": float(np.percentile(v, 99)),
+    }
 
 
 def summarize(results: list[RequestResult], duration_s: float, **meta: Any) -> dict[str, Any]:
@@ -249,7 +304,8 @@ def summarize(results: list[RequestResult], duration_s: float, **meta: Any) -> d
     out_tokens = sum(r.output_tokens for r in ok)
     return {
         **meta,
-        "num_requests": len(results), "num_ok": len(ok),
+        "num_requests": len(results),
+        "num_ok": len(ok),
         "errors": sorted({redact(r.error) for r in results if not r.ok})[:5],
         "duration_s": duration_s,
         "output_tokens": out_tokens,
@@ -284,8 +340,16 @@ def load_hf_model(model_dir: str | Path, dtype: str | None = None):
     return model.eval()
 
 
-def hf_generate_point(model, prompts: list[list[int]], output_len: int, *, concurrency: int,
-                      pad_id: int = 0, threads: int | None = 1, label: str = "transformers") -> dict[str, Any]:
+def hf_generate_point(
+    model,
+    prompts: list[list[int]],
+    output_len: int,
+    *,
+    concurrency: int,
+    pad_id: int = 0,
+    threads: int | None = 1,
+    label: str = "transformers",
+) -> dict[str, Any]:
     """Serve ``prompts`` with ``model.generate`` in static batches of ``concurrency``.
 
     A batch is "sent" when the previous one finishes, as a client capped at ``concurrency``
@@ -306,59 +370,115 @@ def hf_generate_point(model, prompts: list[list[int]], output_len: int, *, concu
     try:
         t0 = time.perf_counter()
         for i in range(0, len(prompts), concurrency):
-            batch = prompts[i: i + concurrency]
+            batch = prompts[i : i + concurrency]
             width = max(len(p) for p in batch)
             ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
             clock = _StepClock()
             sent = time.perf_counter()
             with torch.inference_mode():
-                model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=output_len,
-                               min_new_tokens=output_len, do_sample=False, pad_token_id=pad_id,
-                               logits_processor=LogitsProcessorList([clock]))
+                model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=output_len,
+                    min_new_tokens=output_len,
+                    do_sample=False,
+                    pad_token_id=pad_id,
+                    logits_processor=LogitsProcessorList([clock]),
+                )
             steps = [t - sent for t in clock.times]
             for p in batch:
-                results.append(RequestResult(ok=True, prompt_len=len(p), output_tokens=len(steps),
-                                             ttft_s=steps[0], e2e_s=steps[-1],
-                                             itl_s=list(np.diff(steps))))
+                results.append(
+                    RequestResult(
+                        ok=True,
+                        prompt_len=len(p),
+                        output_tokens=len(steps),
+                        ttft_s=steps[0],
+                        e2e_s=steps[-1],
+                        itl_s=list(np.diff(steps)),
+                    )
+                )
         duration = time.perf_counter() - t0
     finally:
         torch.set_num_threads(old_threads)
-    return summarize(results, duration, label=label, concurrency=concurrency, request_rate=None,
-                     output_len=output_len)
+    return summarize(results, duration, label=label, concurrency=concurrency, request_rate=None, output_len=output_len)
 
 
 # ------------------------------------------------------------------------------------------
 # Cross-check with vLLM's own benchmark
-def vllm_bench_point(base_url: str, model: str, tokenizer_dir: str | Path, *, input_len: int,
-                     output_len: int, num_prompts: int, concurrency: int, api_key: str | None = None,
-                     timeout_s: float = 600.0) -> dict[str, Any]:
+def vllm_bench_point(
+    base_url: str,
+    model: str,
+    tokenizer_dir: str | Path,
+    *,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    concurrency: int,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
     """Run ``vllm.benchmarks.serve`` (random prompts, EOS ignored) in a subprocess.
 
     Returns vLLM's result JSON (``output_throughput``, ``median_ttft_ms``, ...).
     """
     out = Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    argv = ["--backend", "vllm", "--base-url", base_url.rstrip("/").removesuffix("/v1"),
-            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tokenizer_dir),
-            "--dataset-name", "random", "--random-input-len", str(input_len),
-            "--random-output-len", str(output_len), "--num-prompts", str(num_prompts),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--ignore-eos",
-            "--temperature", "0", "--seed", "0", "--disable-tqdm", "--save-result",
-            "--result-dir", str(out), "--result-filename", "result.json"]
-    code = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-            "from vllm.benchmarks.serve import add_cli_args, main; "
-            "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+    argv = [
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url.rstrip("/").removesuffix("/v1"),
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "result.json",
+    ]
+    code = (
+        "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+        "from vllm.benchmarks.serve import add_cli_args, main; "
+        "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+    )
     env = dict(os.environ)
     if not core.on_tpu_host():
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")  # libtpu is installed: pick CPU explicitly
     if api_key:
         env["OPENAI_API_KEY"] = api_key  # vLLM's benchmark sends it as the bearer token
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          timeout=timeout_s, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout_s, env=env
+    )
     result = out / "result.json"
     if proc.returncode != 0 or not result.is_file():
-        raise RuntimeError(redact(f"vllm.benchmarks.serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
-                                  f"{proc.stderr[-3000:]}", api_key))
+        raise RuntimeError(
+            redact(
+                f"vllm.benchmarks.serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}",
+                api_key,
+            )
+        )
     return json.loads(result.read_text())
 
 
@@ -379,8 +499,7 @@ def plot_latency_distribution(points: list[dict[str, Any]], metric: str = "ttft_
 
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
     for p in points:
-        ax.hist(p["samples"][metric], bins=30, alpha=0.6,
-                label=f"{p['label']} c={p['concurrency']}")
+        ax.hist(p["samples"][metric], bins=30, alpha=0.6, label=f"{p['label']} c={p['concurrency']}")
     ax.set_xlabel(metric.replace("_ms", " (ms)").upper())
     ax.set_ylabel("requests")
     ax.legend()
@@ -409,9 +528,11 @@ def table(points: list[dict[str, Any]]) -> str:
     head = f"{'engine':<14}{'conc':>5}{'tok/s':>9}{'TTFT p50':>10}{'p99':>9}{'TPOT p50':>10}{'E2E p50':>10}"
     rows = [head]
     for p in points:
-        rows.append(f"{p['label']:<14}{p['concurrency'] or 'all':>5}{p['output_tok_s']:>9.1f}"
-                    f"{p['ttft_ms']['p50']:>10.1f}{p['ttft_ms']['p99']:>9.1f}{p['tpot_ms']['p50']:>10.2f}"
-                    f"{p['e2e_ms']['p50']:>10.1f}")
+        rows.append(
+            f"{p['label']:<14}{p['concurrency'] or 'all':>5}{p['output_tok_s']:>9.1f}"
+            f"{p['ttft_ms']['p50']:>10.1f}{p['ttft_ms']['p99']:>9.1f}{p['tpot_ms']['p50']:>10.2f}"
+            f"{p['e2e_ms']['p50']:>10.1f}"
+        )
     return "\n".join(rows)
 
 
@@ -424,9 +545,14 @@ def committed_benchmark(path: str | Path) -> dict[str, Any]:
     """
     b = json.loads(Path(path).read_text())
     top = max(b["ratio_output_tok_s"], key=int)
-    return {"preset": b["preset"], "num_params": b["num_params"], "concurrency": int(top),
-            "speedup": b["ratio_output_tok_s"][top], "load_avg_1m": b["host"]["load_avg_1m"][0],
-            "source": Path(path).name}
+    return {
+        "preset": b["preset"],
+        "num_params": b["num_params"],
+        "concurrency": int(top),
+        "speedup": b["ratio_output_tok_s"][top],
+        "load_avg_1m": b["host"]["load_avg_1m"][0],
+        "source": Path(path).name,
+    }
 
 
 def write_json(path: str | Path, payload: Any) -> Path:

@@ -18,21 +18,22 @@ from cookbook import models as tok_lib
 
 def answer_budget(tokenizer, rows: list[dict], slack: int = 8) -> int:
     """New tokens to allow: the longest reference answer plus ``slack`` (as the JAX eval)."""
-    return max(len(tokenizer(data.answer_of(r), add_special_tokens=False)["input_ids"])
-               for r in rows) + slack
+    return max(len(tokenizer(data.answer_of(r), add_special_tokens=False)["input_ids"]) for r in rows) + slack
 
 
-def served_completions(client, model: str, prompts: list[list[int]], *, max_tokens: int,
-                       batch: int = 64) -> list[dict[str, Any]]:
+def served_completions(
+    client, model: str, prompts: list[list[int]], *, max_tokens: int, batch: int = 64
+) -> list[dict[str, Any]]:
     """Greedy completions of token-id prompts (``batch`` prompts per request).
 
     Returns ``[{"text", "token_ids", "finish_reason"}]`` in prompt order.
     """
     out: list[dict[str, Any]] = []
     for i in range(0, len(prompts), batch):
-        chunk = prompts[i: i + batch]
-        resp = client.completions.create(model=model, prompt=chunk, max_tokens=max_tokens,
-                                          temperature=0.0, extra_body={"return_token_ids": True})
+        chunk = prompts[i : i + batch]
+        resp = client.completions.create(
+            model=model, prompt=chunk, max_tokens=max_tokens, temperature=0.0, extra_body={"return_token_ids": True}
+        )
         choices = sorted(resp.choices, key=lambda c: c.index)
         for c in choices:
             ids = getattr(c, "token_ids", None)
@@ -42,20 +43,27 @@ def served_completions(client, model: str, prompts: list[list[int]], *, max_toke
     return out
 
 
-def served_exact_match(client, model: str, tokenizer, rows: list[dict], *,
-                       max_tokens: int | None = None) -> dict[str, Any]:
+def served_exact_match(
+    client, model: str, tokenizer, rows: list[dict], *, max_tokens: int | None = None
+) -> dict[str, Any]:
     """Exact-match accuracy of ``model`` on ``rows`` through the server (greedy)."""
     prompts = [data.prompt_ids(tokenizer, r) for r in rows]
     max_tokens = max_tokens or answer_budget(tokenizer, rows)
     outs = served_completions(client, model, prompts, max_tokens=max_tokens)
     completions = [o["text"] for o in outs]
     correct = [data.exact_match(c, r) for c, r in zip(completions, rows, strict=True)]
-    return {"accuracy": sum(correct) / len(rows), "correct": sum(correct), "n": len(rows),
-            "completions": completions, "per_row": correct}
+    return {
+        "accuracy": sum(correct) / len(rows),
+        "correct": sum(correct),
+        "n": len(rows),
+        "completions": completions,
+        "per_row": correct,
+    }
 
 
-def hf_greedy(model_dir: str | Path, prompts: list[list[int]], *, max_new_tokens: int,
-              model=None) -> list[dict[str, Any]]:
+def hf_greedy(
+    model_dir: str | Path, prompts: list[list[int]], *, max_new_tokens: int, model=None
+) -> list[dict[str, Any]]:
     """Greedy transformers ``generate`` of each prompt (one at a time: no padding effects).
 
     Stops at the tokenizer's stop ids (``<eos>``, ``<turn|>``) like the server; the text
@@ -71,9 +79,14 @@ def hf_greedy(model_dir: str | Path, prompts: list[list[int]], *, max_new_tokens
     out = []
     with torch.inference_mode():
         for p in prompts:
-            gen = model.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=stops, pad_token_id=tok_lib.SPECIAL_TOKEN_IDS["<pad>"])
-            ids = gen[0, len(p):].tolist()
+            gen = model.generate(
+                torch.tensor([p]),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=stops,
+                pad_token_id=tok_lib.SPECIAL_TOKEN_IDS["<pad>"],
+            )
+            ids = gen[0, len(p) :].tolist()
             out.append({"token_ids": ids, "text": tok.decode(ids, skip_special_tokens=True)})
     return out
 
@@ -86,13 +99,23 @@ def compare_greedy(served: list[dict[str, Any]], reference: list[dict[str, Any]]
         return [t for t in ids if t not in stops]
 
     same_text = [s["text"] == r["text"] for s, r in zip(served, reference, strict=True)]
-    same_ids = [strip(s["token_ids"]) == strip(r["token_ids"]) for s, r in zip(served, reference, strict=True)
-                if s["token_ids"]]
-    return {"n": len(served), "same_text": sum(same_text), "same_token_ids": sum(same_ids),
-            "all_equal": all(same_text) and all(same_ids),
-            "first_difference": next(({"served": s["text"], "reference": r["text"]}
-                                      for s, r, ok in zip(served, reference, same_text, strict=True)
-                                      if not ok), None)}
+    same_ids = [
+        strip(s["token_ids"]) == strip(r["token_ids"]) for s, r in zip(served, reference, strict=True) if s["token_ids"]
+    ]
+    return {
+        "n": len(served),
+        "same_text": sum(same_text),
+        "same_token_ids": sum(same_ids),
+        "all_equal": all(same_text) and all(same_ids),
+        "first_difference": next(
+            (
+                {"served": s["text"], "reference": r["text"]}
+                for s, r, ok in zip(served, reference, same_text, strict=True)
+                if not ok
+            ),
+            None,
+        ),
+    }
 
 
 def agreement(completions_a: list[str], completions_b: list[str]) -> float:

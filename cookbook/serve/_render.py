@@ -17,9 +17,15 @@ def vllm_model_dir(preset: str = "tiny") -> str:
     return str(merge.ensure_text_only_base(models.ensure_base(p), p))
 
 
-def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generation_prompt: bool = True,
-                     tokenize: bool = True, tools: list[dict] | None = None,
-                     **chat_template_kwargs) -> list[int] | str:
+def render_with_vllm(
+    model_dir: str | Path,
+    messages: list[dict],
+    *,
+    add_generation_prompt: bool = True,
+    tokenize: bool = True,
+    tools: list[dict] | None = None,
+    **chat_template_kwargs,
+) -> list[int] | str:
     """Render a chat exactly as vLLM's OpenAI chat endpoint does, without a server.
 
     Uses vLLM's own chat-template resolution and ``safe_apply_chat_template`` on the
@@ -34,7 +40,12 @@ def render_with_vllm(model_dir: str | Path, messages: list[dict], *, add_generat
 
     model_config = ModelConfig(model=str(model_dir))
     out = safe_apply_chat_template(
-        model_config, get_tokenizer(str(model_dir)), messages,
-        tokenize=tokenize, add_generation_prompt=add_generation_prompt, tools=tools, **chat_template_kwargs,
+        model_config,
+        get_tokenizer(str(model_dir)),
+        messages,
+        tokenize=tokenize,
+        add_generation_prompt=add_generation_prompt,
+        tools=tools,
+        **chat_template_kwargs,
     )
     return list(out) if tokenize else out

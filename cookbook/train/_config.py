@@ -86,9 +86,7 @@ class TrainConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"TrainConfig.{name}={value!r}: use a positive integer")
         if not 0 <= self.warmup_steps < self.max_steps:
-            raise ValueError(
-                f"TrainConfig.warmup_steps={self.warmup_steps} must be in [0, max_steps={self.max_steps})"
-            )
+            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps} must be in [0, max_steps={self.max_steps})")
         if not self.learning_rate > 0:
             raise ValueError(f"TrainConfig.learning_rate={self.learning_rate!r} must be > 0")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
@@ -96,8 +94,10 @@ class TrainConfig:
         if self.sample_task not in SAMPLE_TASKS:
             raise ValueError(f"TrainConfig.sample_task={self.sample_task!r}: use one of {', '.join(SAMPLE_TASKS)}")
         if self.sample_task != "plain" and self.train_data is not None:
-            raise ValueError(f"sample_task={self.sample_task!r} picks the built-in rows, but train_data="
-                             f"{self.train_data!r} is given: a data file's rows carry their own thoughts")
+            raise ValueError(
+                f"sample_task={self.sample_task!r} picks the built-in rows, but train_data="
+                f"{self.train_data!r} is given: a data file's rows carry their own thoughts"
+            )
         models.get_preset(self.model_preset)  # unknown names fail here, not after loading
         models.get_remat_choice(self.remat)
         lora_lib.check_quant_tile(self.model_preset, self.quantize, self.quant_tile)  # before any model is built
@@ -185,16 +185,17 @@ def train_preset(name: str, *, sample_task: str = "plain") -> TrainConfig:
         layout = fit.recommended_training(name)
         # The paper's 8 sequences per optimizer step, whatever micro-batch the layout runs.
         if PAPER_SEQUENCES_PER_STEP % layout["batch_size"]:
-            raise ValueError(f"the recommended micro-batch {layout['batch_size']} does not divide the paper's "
-                             f"{PAPER_SEQUENCES_PER_STEP} sequences per optimizer step; regenerate the layout search")
+            raise ValueError(
+                f"the recommended micro-batch {layout['batch_size']} does not divide the paper's "
+                f"{PAPER_SEQUENCES_PER_STEP} sequences per optimizer step; regenerate the layout search"
+            )
         # The paper's hyperparameters (arXiv 2605.25645, chosen for 31B on the same task and data).
         # No size-specific values are published for this task, so the smaller sizes start from the
         # same ones: the same objective, data and schedule, and a plan compiled at this rank.
         return TrainConfig(
             model_preset=name,
             lora=lora_lib.LoraConfig(rank=64, alpha=64.0, dropout=0.05),
-            data=data_lib.DataConfig(seq_len=layout["seq_len"], batch_size=layout["batch_size"], packing=True,
-                                     seed=0),
+            data=data_lib.DataConfig(seq_len=layout["seq_len"], batch_size=layout["batch_size"], packing=True, seed=0),
             num_train_rows=10_000,
             max_steps=1244,
             learning_rate=1e-4,
@@ -233,6 +234,8 @@ def for_sample_task(config: TrainConfig, sample_task: str) -> TrainConfig:
     if sample_task == "thinking" and recipe_of(config.model_preset) == "tiny":
         return config.replace(sample_task=sample_task, data={"seq_len": 200})
     return config.replace(sample_task=sample_task)
+
+
 # The released sizes: the paper's recipe on each size's committed recommended layout.
 PAPER_RECIPE_PRESETS = ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b")
 TRAIN_PRESETS = ("tiny", *PAPER_RECIPE_PRESETS)
@@ -282,8 +285,11 @@ def describe_configs(configs: list[TrainConfig]) -> str:
     rows = {
         "model preset": lambda c: c.model_preset,
         "LoRA rank / alpha / dropout": lambda c: f"{c.lora.rank} / {c.lora.alpha:g} / {c.lora.dropout:g}",
-        "LoRA targets": lambda c: c.lora.targets if isinstance(c.lora.targets, str)
-        else ",".join(t.removesuffix("_proj") for t in c.lora.targets),
+        "LoRA targets": lambda c: (
+            c.lora.targets
+            if isinstance(c.lora.targets, str)
+            else ",".join(t.removesuffix("_proj") for t in c.lora.targets)
+        ),
         "peak lr, warm-up -> cosine": lambda c: f"{c.learning_rate:g}, {c.warmup_steps} -> {c.max_steps}",
         "weight decay / clip": lambda c: f"{c.weight_decay:g} / {c.max_grad_norm or 'none'}",
         "batch x accum x seq": lambda c: f"{c.data.batch_size} x {c.grad_accum_steps} x {c.data.seq_len}",

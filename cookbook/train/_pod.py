@@ -19,8 +19,15 @@ from cookbook import mesh as mesh_lib
 from cookbook.train._config import TrainConfig, cli_command
 
 
-def pod_commands(config: TrainConfig, *, slice_name: str, tpu_name: str = "my-tpu", zone: str = "us-east5-a",
-                 bucket: str = "my-bucket", run_name: str = "run") -> str:
+def pod_commands(
+    config: TrainConfig,
+    *,
+    slice_name: str,
+    tpu_name: str = "my-tpu",
+    zone: str = "us-east5-a",
+    bucket: str = "my-bucket",
+    run_name: str = "run",
+) -> str:
     """The shell lines that train ``config`` on the multi-host slice ``slice_name``.
 
     The mesh is :func:`cookbook.mesh.choose_mesh`'s for the slice's chips at the config's
@@ -35,9 +42,11 @@ def pod_commands(config: TrainConfig, *, slice_name: str, tpu_name: str = "my-tp
     on_slice = dataclasses.replace(config, mesh_fsdp=choice.fsdp, mesh_tp=choice.tp)
     train = cli_command(on_slice, out=run_dir, data=config.train_data)
     ssh = f"gcloud compute tpus tpu-vm ssh {tpu_name} --zone {zone} --worker=all --command"
-    setup = ("git clone REPO_URL gemma4-tpu-cookbook && cd gemma4-tpu-cookbook && "
-             "pip install -e '.[tpu]' -c constraints/tpu-host.txt && "
-             f"cookbook base --preset {config.model_preset}")
+    setup = (
+        "git clone REPO_URL gemma4-tpu-cookbook && cd gemma4-tpu-cookbook && "
+        "pip install -e '.[tpu]' -c constraints/tpu-host.txt && "
+        f"cookbook base --preset {config.model_preset}"
+    )
     lines = [
         f"# {config.model_preset} on {s.name}: {s.num_chips} chips on {s.num_hosts} hosts, mesh fsdp {choice.fsdp} "
         f"x tp {choice.tp} ({choice.reason})",
@@ -56,8 +65,9 @@ def pod_commands(config: TrainConfig, *, slice_name: str, tpu_name: str = "my-tp
     return "\n".join(lines)
 
 
-def train_on_local_processes(config: TrainConfig, out: str, *, processes: int = 2, devices_per_process: int = 4,
-                             timeout_s: float = 900.0) -> dict:
+def train_on_local_processes(
+    config: TrainConfig, out: str, *, processes: int = 2, devices_per_process: int = 4, timeout_s: float = 900.0
+) -> dict:
     """Train ``config`` as ``processes`` hosts would, on this machine (``cookbook launch``).
 
     Each process gets ``devices_per_process`` fake CPU devices; the mesh is
@@ -70,8 +80,14 @@ def train_on_local_processes(config: TrainConfig, out: str, *, processes: int = 
     choice = mesh_lib.choose_mesh(config.preset, processes * devices_per_process, config.data.batch_size)
     on_hosts = dataclasses.replace(config, mesh_fsdp=choice.fsdp, mesh_tp=choice.tp)
     argv = shlex.split(cli_command(on_hosts, out=str(out)))[1:]  # drop "cookbook"
-    code = mesh_lib.launch_local(argv, processes=processes, devices_per_process=devices_per_process,
-                                 timeout_s=timeout_s)
+    code = mesh_lib.launch_local(
+        argv, processes=processes, devices_per_process=devices_per_process, timeout_s=timeout_s
+    )
     summary = Path(out) / "summary.json"
-    return {"returncode": code, "run_dir": str(out), "mesh": [choice.fsdp, choice.tp],
-            "summary": json.loads(summary.read_text()) if summary.is_file() else None, "command": argv}
+    return {
+        "returncode": code,
+        "run_dir": str(out),
+        "mesh": [choice.fsdp, choice.tp],
+        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
+        "command": argv,
+    }

@@ -52,8 +52,9 @@ def train_rows(config: TrainConfig):
         return config.train_data
     from cookbook import data
 
-    return data.generate_rows("train", n=config.num_train_rows, seed=config.seed,
-                              thinking=config.sample_task == "thinking")
+    return data.generate_rows(
+        "train", n=config.num_train_rows, seed=config.seed, thinking=config.sample_task == "thinking"
+    )
 
 
 def eval_rows(config: TrainConfig) -> list[dict]:
@@ -63,8 +64,9 @@ def eval_rows(config: TrainConfig) -> list[dict]:
         return [r for r in rows if r is not None]
     from cookbook import data
 
-    return data.generate_rows("eval", n=config.num_eval_rows, seed=config.seed,
-                              thinking=config.sample_task == "thinking")
+    return data.generate_rows(
+        "eval", n=config.num_eval_rows, seed=config.seed, thinking=config.sample_task == "thinking"
+    )
 
 
 def make_mesh(config: TrainConfig):
@@ -86,8 +88,16 @@ def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, me
     if isinstance(mesh, str):
         mesh = make_mesh(config)
     model = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
-    model = lora_lib.apply_lora(model, config.lora, preset=config.preset, mesh=mesh, seed=config.seed,
-                                remat=config.remat, quantize=config.quantize, quant_tile=config.quant_tile)
+    model = lora_lib.apply_lora(
+        model,
+        config.lora,
+        preset=config.preset,
+        mesh=mesh,
+        seed=config.seed,
+        remat=config.remat,
+        quantize=config.quantize,
+        quant_tile=config.quant_tile,
+    )
     if config.flash_attention:
         models.set_flash_attention(model, config.flash_block)  # after LoRA (trap 2)
     return model
@@ -122,9 +132,13 @@ def check_run_base(run_dir: str | Path) -> Path:
     fingerprints is taken at its path, as before)."""
     rec = load_recipe(run_dir)
     base_dir = Path(rec["base_dir"])
-    models.check_same_base(base_dir, rec, what=f"the run {run_dir}",
-                           fix=f"put that base back at {base_dir} (`cookbook base`, or the download it was), "
-                               "or train a new run on this one")
+    models.check_same_base(
+        base_dir,
+        rec,
+        what=f"the run {run_dir}",
+        fix=f"put that base back at {base_dir} (`cookbook base`, or the download it was), "
+        "or train a new run on this one",
+    )
     return base_dir
 
 
@@ -159,8 +173,11 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
                 rec = json.loads(line)
                 name, step, value = rec["name"], int(rec["step"]), float(rec["value"])
             except (ValueError, TypeError, KeyError) as e:
-                warnings.warn(f"{path}:{number}: skipped, not a whole metrics record ({type(e).__name__}: "
-                              f"{line[:60]!r}); a run killed while writing leaves one", stacklevel=2)
+                warnings.warn(
+                    f"{path}:{number}: skipped, not a whole metrics record ({type(e).__name__}: "
+                    f"{line[:60]!r}); a run killed while writing leaves one",
+                    stacklevel=2,
+                )
                 continue
             out.setdefault(name, {})[step] = value
     return {k: sorted(v.items()) for k, v in out.items()}
@@ -192,10 +209,15 @@ def result_determinants() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
-            "devices": jax.device_count(), "processes": jax.process_count(),
-            "host_threads": threads if jax.default_backend() == "cpu" else None, "versions": versions,
-            **({"lora_grads": "cookbook-cpu-1"} if jax.default_backend() == "cpu" else {})}
+    return {
+        "platform": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+        "host_threads": threads if jax.default_backend() == "cpu" else None,
+        "versions": versions,
+        **({"lora_grads": "cookbook-cpu-1"} if jax.default_backend() == "cpu" else {}),
+    }
 
 
 def cache_key(config: TrainConfig) -> str:
@@ -211,8 +233,12 @@ def cache_key(config: TrainConfig) -> str:
 
     cfg = config.to_dict()
     cfg.pop("base_dir")
-    parts = {"v": RECIPE_VERSION, "config": cfg, "base": models.fingerprint(resolve_base_dir(config)),
-             "runtime": result_determinants()}
+    parts = {
+        "v": RECIPE_VERSION,
+        "config": cfg,
+        "base": models.fingerprint(resolve_base_dir(config)),
+        "runtime": result_determinants(),
+    }
     if config.quantize:
         parts["qlora_step"] = lora_lib.QLORA_STEP
     if config.sample_task == "thinking":  # the rows' thoughts: a new wording trains a new run
@@ -221,8 +247,7 @@ def cache_key(config: TrainConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto",
-                       dense_base: bool = False):
+def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto", dense_base: bool = False):
     """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
 
     ``mesh="auto"``: the mesh the run trained on. LoRA dropout is off. ``dense_base``: a QLoRA run's adapters on

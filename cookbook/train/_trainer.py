@@ -138,8 +138,11 @@ def _make_hooks(trainer_cls_module, token_counter: list[int], run_dir: Path):
 
 def _nonfinite_message(step: int, loss: float, run_dir: Path) -> str:
     good = checkpoint_steps(run_dir)
-    kept = f"the last good checkpoint, step {good[-1]}, is kept in {run_dir / 'checkpoints'}" if good else (
-        "no checkpoint had been written yet")
+    kept = (
+        f"the last good checkpoint, step {good[-1]}, is kept in {run_dir / 'checkpoints'}"
+        if good
+        else ("no checkpoint had been written yet")
+    )
     return (
         f"training loss became {loss} at step {step}: stopping. {kept}. Lower learning_rate "
         f"(now in recipe.json), set max_grad_norm (e.g. 1.0) or check the data, then rerun; a rerun of "
@@ -183,8 +186,9 @@ def _batches(it, mesh, data: data_lib.DataConfig, skip: int, token_counter: list
     for batch in it:
         tokens = int(np.count_nonzero(batch["segment_ids"]))
         token_counter[0] += tokens if global_rows else tokens * jax.process_count()
-        yield (data_lib.shard_batch(batch, mesh, data.data_axis, global_rows=global_rows)
-               if mesh is not None else batch)
+        yield (
+            data_lib.shard_batch(batch, mesh, data.data_axis, global_rows=global_rows) if mesh is not None else batch
+        )
 
 
 def _check_multiprocess(config: TrainConfig, mesh) -> None:
@@ -195,12 +199,16 @@ def _check_multiprocess(config: TrainConfig, mesh) -> None:
     if n == 1:
         return
     if mesh is None or mesh.devices.size != jax.device_count():
-        raise ValueError(f"a {n}-process run needs a mesh over all {jax.device_count()} devices; the config's is "
-                         f"{config.mesh_fsdp}x{config.mesh_tp}. Set --mesh FSDPxTP with FSDP*TP = {jax.device_count()}")
+        raise ValueError(
+            f"a {n}-process run needs a mesh over all {jax.device_count()} devices; the config's is "
+            f"{config.mesh_fsdp}x{config.mesh_tp}. Set --mesh FSDPxTP with FSDP*TP = {jax.device_count()}"
+        )
     axis = int(mesh.shape[config.data.data_axis])
     if config.data.batch_size % axis:
-        raise ValueError(f"global batch_size={config.data.batch_size} does not divide over the mesh's "
-                         f"{config.data.data_axis!r} axis ({axis}); use a multiple of {axis}")
+        raise ValueError(
+            f"global batch_size={config.data.batch_size} does not divide over the mesh's "
+            f"{config.data.data_axis!r} axis ({axis}); use a multiple of {axis}"
+        )
 
 
 def _shared_recipe(run_dir: Path, rec: dict[str, Any]) -> None:
@@ -225,7 +233,8 @@ def _shared_recipe(run_dir: Path, rec: dict[str, Any]) -> None:
             raise models.BaseMismatchError(
                 f"{run_dir} was trained on the base {old['base_dir']} (fingerprint {old.get('base_fingerprint')}), "
                 f"but this run's base {rec['base_dir']} holds other weights (fingerprint "
-                f"{rec.get('base_fingerprint')}); resume with --base {old['base_dir']} or choose another --out")
+                f"{rec.get('base_fingerprint')}); resume with --base {old['base_dir']} or choose another --out"
+            )
         try:  # through the config, so that a field added since (at its default) is no change
             old_cfg = TrainConfig.from_dict(old["train"]).to_dict()
         except (TypeError, ValueError):
@@ -283,16 +292,20 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     import jax
 
     if config.flash_attention and jax.default_backend() != "tpu":
-        raise ValueError(f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
-                         f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here.")
+        raise ValueError(
+            f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
+            f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here."
+        )
     base_dir = resolve_base_dir(config)  # before the trainer's imports: a missing base is said at once
     import orbax.checkpoint as ocp
     from tunix.sft import metrics_logger, peft_trainer
 
     primary = jax.process_index() == 0
     if str(run_dir).startswith(("gs://", "s3://")):
-        raise ValueError(f"--out {run_dir}: the run directory must be a path on this host; mount the bucket "
-                         "(gcsfuse --implicit-dirs BUCKET /mnt/bucket) and pass /mnt/bucket/runs/NAME")
+        raise ValueError(
+            f"--out {run_dir}: the run directory must be a path on this host; mount the bucket "
+            "(gcsfuse --implicit-dirs BUCKET /mnt/bucket) and pass /mnt/bucket/runs/NAME"
+        )
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rec = recipe(config, base_dir)
@@ -309,9 +322,10 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     eval_batches = list(itertools.islice(eval_it, config.eval_batches))
     model = build_lora_model(config, base_dir, mesh)
     if mesh is not None:
-        eval_batches = [data_lib.shard_batch(b, mesh, config.data.data_axis,
-                                             global_rows=config.data.process_split == "rows")
-                        for b in eval_batches]
+        eval_batches = [
+            data_lib.shard_batch(b, mesh, config.data.data_axis, global_rows=config.data.process_split == "rows")
+            for b in eval_batches
+        ]
 
     tcfg = peft_trainer.TrainingConfig(
         eval_every_n_steps=config.eval_every_steps,
@@ -330,10 +344,14 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         metrics_logging_options=metrics_logger.MetricsLoggerOptions(
             log_dir=str(run_dir / "tensorboard"),
             flush_every_n_steps=10,
-            backend_kwargs={"custom_backend": [
-                lambda: metrics_logger.TensorboardBackend(log_dir=str(run_dir / "tensorboard"), flush_every_n_steps=10),
-                lambda: _JsonlBackend(run_dir / "metrics.jsonl"),
-            ]},  # fmt: skip
+            backend_kwargs={
+                "custom_backend": [
+                    lambda: metrics_logger.TensorboardBackend(
+                        log_dir=str(run_dir / "tensorboard"), flush_every_n_steps=10
+                    ),
+                    lambda: _JsonlBackend(run_dir / "metrics.jsonl"),
+                ]
+            },  # fmt: skip
         ),
         data_sharding_axis=(config.data.data_axis,),
         pbar_description=f"LoRA {config.model_preset}" if progress and primary else None,

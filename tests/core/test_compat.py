@@ -265,7 +265,8 @@ def test_tunix_moe_routes_on_the_residual_like_transformers():
     # The parameter tree is Tunix's own: what the loader fills and checkpoints hold is unchanged.
     assert type(layer.moe).__mro__[1] is gemma4_moe.MoERagged
     assert [str(k) for k, _ in nnx.state(layer.moe).flat_state()] == [
-        str(k) for k, _ in nnx.state(gemma4_moe.MoERagged(p.tunix_config(), rngs=nnx.Rngs(0))).flat_state()]
+        str(k) for k, _ in nnx.state(gemma4_moe.MoERagged(p.tunix_config(), rngs=nnx.Rngs(0))).flat_state()
+    ]
 
 
 def _tiny_step_parts(tiny_base):
@@ -313,6 +314,7 @@ def test_lora_grads_for_cpu_equal_qwixs_and_drop_xla_cpus_transposed_copies(tiny
         qwix_loss, qwix_grads = qwix_step(lora_state, batch)
         assert "custom_vjp_call" not in str(jax.make_jaxpr(make_loss())(lora_state, batch))
     assert str(jax.make_jaxpr(make_loss())(lora_state, batch)).count("custom_vjp_call") == 3 * 6  # gate, up, down x 6
+
     # Fusions writing a tokens-minor copy of an activation (tokens = 1024): f32[512,1024] (ffn, and
     # attention's 8 heads x 64) and f32[128,1024] (embed). Measured: 2 and 13 here, 14 and 19 with
     # Qwix's gradients; the MLP's (two per layer at ffn, one at embed) are what the patch removes.
@@ -329,7 +331,9 @@ def test_lora_grads_for_cpu_equal_qwixs_and_drop_xla_cpus_transposed_copies(tiny
     assert len(flat) == len(qwix_flat) > 0
     rel = max(float(np.max(np.abs(a - b)) / np.max(np.abs(b))) for a, b in zip(flat, qwix_flat, strict=True))
     _, other_grads = step(lora_state, other)
-    control = min(float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-                  for a, b in zip(jax.tree.leaves(other_grads), flat, strict=True))
+    control = min(
+        float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+        for a, b in zip(jax.tree.leaves(other_grads), flat, strict=True)
+    )
     print(f"gradients: ours vs Qwix's {rel:.2e}; another batch {control:.2f}")
     assert rel <= 1e-5 < control

@@ -31,8 +31,16 @@ print(core.fill_once(target, lambda d: (d / "done").is_file(), fill))
 
 def test_two_processes_on_a_cold_directory_fill_it_once(tmp_path):
     target = tmp_path / "artefact"
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(target), name], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(target), name],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for name in ("a", "b")
+    ]
     outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert [o.strip() for o, _ in outs] == [str(target)] * 2

@@ -49,7 +49,8 @@ def test_slices_agree_with_their_topology_and_cloud_names():
 def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
     sourced = {(p.platform, p.pricing): p for p in core.PRICES if p.known and not p.source.startswith("derived")}
     assert {k: p.usd_per_hour for k, p in sourced.items()} == {
-        (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()}
+        (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()
+    }
     for p in sourced.values():
         assert p.source == core.PAPER and p.as_of == core.PAPER_DATE
     # Derived prices: the same chip's sourced price per chip-hour, times this slice's chips.
@@ -64,8 +65,9 @@ def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
     assert all("gpus-pricing" in p.source for p in unknown if p.platform.startswith("gpu"))
 
 
-@pytest.mark.parametrize("platform,pricing", [("tpu-v5p-8", "spot"), ("tpu-v6e-16", "on_demand"),
-                                              ("gpu-2xh100", "cud_3y")])
+@pytest.mark.parametrize(
+    "platform,pricing", [("tpu-v5p-8", "spot"), ("tpu-v6e-16", "on_demand"), ("gpu-2xh100", "cud_3y")]
+)
 def test_an_unknown_price_raises_and_says_how_to_give_it(platform, pricing):
     with pytest.raises(core.UnknownPriceError, match=rf"--price {platform}:{pricing}=USD_PER_HOUR"):
         core.get_price(platform, pricing)
@@ -98,10 +100,17 @@ def test_price_table_applies_overrides_and_keeps_everything_else():
 
 def test_parse_price_overrides():
     assert core.parse_price_overrides(["tpu-v5p-8=14.2", "gpu-2xh100:spot=9.1", " tpu-v6e-8:cud_1y = 3"]) == {
-        "tpu-v5p-8:on_demand": 14.2, "gpu-2xh100:spot": 9.1, "tpu-v6e-8:cud_1y": 3.0}
+        "tpu-v5p-8:on_demand": 14.2,
+        "gpu-2xh100:spot": 9.1,
+        "tpu-v6e-8:cud_1y": 3.0,
+    }
     assert core.parse_price_overrides([]) == {}
-    for bad, why in [("tpu-v5p-8", "PLATFORM\\[:PRICING\\]=USD_PER_HOUR"), ("tpu-v9-8=1", "tpu-v5p-8"),
-                     ("tpu-v5p-8:weekly=1", "on_demand, spot"), ("tpu-v5p-8=cheap", "'cheap' is not a number")]:
+    for bad, why in [
+        ("tpu-v5p-8", "PLATFORM\\[:PRICING\\]=USD_PER_HOUR"),
+        ("tpu-v9-8=1", "tpu-v5p-8"),
+        ("tpu-v5p-8:weekly=1", "on_demand, spot"),
+        ("tpu-v5p-8=cheap", "'cheap' is not a number"),
+    ]:
         with pytest.raises(ValueError, match=why):
             core.parse_price_overrides([bad])
     parsed = core.parse_price_overrides(["tpu-v5p-8:spot=5"])
@@ -120,12 +129,24 @@ def test_platform_figures_come_from_the_chip():
         assert p.name == name and p.peak_bf16_tflops_per_chip == p.chip.bf16_flops / 1e12
 
 
-@pytest.mark.parametrize("kind,chip", [
-    ("TPU v6 lite", "v6e"), ("TPU v5", "v5p"), ("TPU v5 lite", "v5e"), ("tpu v5 LITE", "v5e"),
-    ("TPU v5p", "v5p"), ("TPU v6e", "v6e"), ("NVIDIA H100 80GB HBM3", "h100"), ("H100 PCIe", "h100"),
-    ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", None),  # NVL: lower clocks, not the SXM figures
-    ("cpu", None), ("TPU v4", None), ("NVIDIA A100-SXM4-40GB", None),
-])
+@pytest.mark.parametrize(
+    "kind,chip",
+    [
+        ("TPU v6 lite", "v6e"),
+        ("TPU v5", "v5p"),
+        ("TPU v5 lite", "v5e"),
+        ("tpu v5 LITE", "v5e"),
+        ("TPU v5p", "v5p"),
+        ("TPU v6e", "v6e"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("H100 PCIe", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", None),  # NVL: lower clocks, not the SXM figures
+        ("cpu", None),
+        ("TPU v4", None),
+        ("NVIDIA A100-SXM4-40GB", None),
+    ],
+)
 def test_chip_of_device_kind(kind, chip):
     assert core.chip_of(kind) == chip
 

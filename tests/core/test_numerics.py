@@ -25,7 +25,7 @@ def _matmuls(seed=0):
     ref32 = x32 @ w32  # BLAS order
     cand32 = np.zeros((16, 64), np.float32)
     for k in reversed(range(256)):  # the same sum, added the other way round
-        cand32 += x32[:, k:k + 1] * w32[k]
+        cand32 += x32[:, k : k + 1] * w32[k]
     bad_w = w32.copy()
     bad_w[3] *= np.float32(1.01)
     return exact, ref32, cand32, x32 @ bad_w

@@ -34,8 +34,10 @@ def test_repo_paths_point_into_this_checkout():
 def _env_after_setup(**env) -> dict:
     clean = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "VLLM_TARGET_DEVICE")}
     clean.update(env, PYTHONPATH=str(REPO))
-    code = ("import json, os; from cookbook import core; core.setup_runtime_env(); "
-            "print(json.dumps({k: os.environ.get(k) for k in ('JAX_PLATFORMS', 'VLLM_TARGET_DEVICE')}))")
+    code = (
+        "import json, os; from cookbook import core; core.setup_runtime_env(); "
+        "print(json.dumps({k: os.environ.get(k) for k in ('JAX_PLATFORMS', 'VLLM_TARGET_DEVICE')}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -48,7 +50,9 @@ def test_setup_runtime_env_defaults_to_cpu_without_tpu_chips():
     assert _env_after_setup() == {"JAX_PLATFORMS": default, "VLLM_TARGET_DEVICE": default}
     # A choice already made is kept.
     assert _env_after_setup(JAX_PLATFORMS="tpu", VLLM_TARGET_DEVICE="tpu") == {
-        "JAX_PLATFORMS": "tpu", "VLLM_TARGET_DEVICE": "tpu"}
+        "JAX_PLATFORMS": "tpu",
+        "VLLM_TARGET_DEVICE": "tpu",
+    }
 
 
 # A child that compiles one small function under the cookbook's defaults and says what JAX did
@@ -91,8 +95,9 @@ def _compile_once(tmp_path, mode="on", **env):
     # (including that a millisecond compile is kept: JAX's default keeps only those over 1 s).
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
     clean.update(env, PYTHONPATH=str(REPO), COOKBOOK_CACHE=str(tmp_path / "c"))
-    out = subprocess.run([sys.executable, "-c", _COMPILE_ONCE, mode], env=clean, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILE_ONCE, mode], env=clean, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -138,16 +143,29 @@ class _Result:
 
 def test_to_jsonable_converts_what_notebooks_record(tmp_path):
     value = {
-        "f32": np.float32(1.5), "i64": np.int64(3), "flag": np.bool_(True),
-        "array": np.arange(6, dtype=np.int32).reshape(2, 3), "path": tmp_path / "x.json",
-        "nan": float("nan"), "inf": np.float64("inf"), "neg_inf": -math.inf, "nan_array": np.array([1.0, np.nan]),
+        "f32": np.float32(1.5),
+        "i64": np.int64(3),
+        "flag": np.bool_(True),
+        "array": np.arange(6, dtype=np.int32).reshape(2, 3),
+        "path": tmp_path / "x.json",
+        "nan": float("nan"),
+        "inf": np.float64("inf"),
+        "neg_inf": -math.inf,
+        "nan_array": np.array([1.0, np.nan]),
         "nested": {1: (np.float64(0.25), [np.int8(-2)]), "obj": _Result(loss=np.float32(0.5), step=2)},
         "plain": ["a", 1, 2.5, None, False],
     }
     got = core.to_jsonable(value)
     assert got == {
-        "f32": 1.5, "i64": 3, "flag": True, "array": [[0, 1, 2], [3, 4, 5]], "path": str(tmp_path / "x.json"),
-        "nan": "nan", "inf": "inf", "neg_inf": "-inf", "nan_array": [1.0, "nan"],
+        "f32": 1.5,
+        "i64": 3,
+        "flag": True,
+        "array": [[0, 1, 2], [3, 4, 5]],
+        "path": str(tmp_path / "x.json"),
+        "nan": "nan",
+        "inf": "inf",
+        "neg_inf": "-inf",
+        "nan_array": [1.0, "nan"],
         "nested": {"1": [0.25, [-2]], "obj": {"loss": 0.5, "step": 2}},
         "plain": ["a", 1, 2.5, None, False],
     }
@@ -162,8 +180,10 @@ def test_to_jsonable_converts_jax_scalars():
     assert got == {"loss": 0.75, "step": 7} and type(got["step"]) is int
 
 
-@pytest.mark.parametrize("value,name", [({1, 2}, "set"), (object(), "object"), (b"raw", "bytes"),
-                                        ({"deep": [1, {"x": frozenset()}]}, "frozenset")])
+@pytest.mark.parametrize(
+    "value,name",
+    [({1, 2}, "set"), (object(), "object"), (b"raw", "bytes"), ({"deep": [1, {"x": frozenset()}]}, "frozenset")],
+)
 def test_to_jsonable_refuses_what_it_cannot_store(value, name):
     with pytest.raises(TypeError, match=rf"cannot store a {name} as JSON"):
         core.to_jsonable(value)
@@ -175,7 +195,10 @@ def test_to_jsonable_takes_jax_arrays_of_any_rank():
     from cookbook import core
 
     assert core.to_jsonable({"j": jnp.arange(3), "m": jnp.ones((1, 2)), "s": jnp.float32(2.5)}) == {
-        "j": [0, 1, 2], "m": [[1.0, 1.0]], "s": 2.5}
+        "j": [0, 1, 2],
+        "m": [[1.0, 1.0]],
+        "s": 2.5,
+    }
 
 
 @pytest.mark.torch
@@ -232,8 +255,7 @@ def test_libtpu_first_load_drops_its_no_chips_noise_only(mode):
     # case fails and the filter can go); the quiet one keeps every other line.
     env = {k: v for k, v in os.environ.items() if k != "ALLOW_MULTIPLE_LIBTPU_LOAD"}
     env.update(JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", _DESCRIBE, mode], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", _DESCRIBE, mode], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["8"]
     assert "kept: a line of our own" in done.stderr

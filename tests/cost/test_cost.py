@@ -58,8 +58,12 @@ def test_prices_are_sourced_or_unknown_and_overridable():
         assert p.source and p.as_of
         assert p.platform in cost.PLATFORMS and p.pricing in cost.PRICING_KINDS
     known = {(p.platform, p.pricing): p.usd_per_hour for p in cost.PRICES if p.known}
-    assert known == {("tpu-v5p-8", "on_demand"): 16.80, ("tpu-v6e-8", "on_demand"): 21.52,
-                     ("gpu-2xh100", "on_demand"): 22.12, ("tpu-v6e-4", "on_demand"): 21.52 / 2}
+    assert known == {
+        ("tpu-v5p-8", "on_demand"): 16.80,
+        ("tpu-v6e-8", "on_demand"): 21.52,
+        ("gpu-2xh100", "on_demand"): 22.12,
+        ("tpu-v6e-4", "on_demand"): 21.52 / 2,
+    }
     with pytest.raises(cost.UnknownPriceError, match="--price tpu-v5p-8:spot="):
         cost.get_price("tpu-v5p-8", "spot")
     ov = cost.parse_price_overrides(["tpu-v5p-8:spot=5.0", "gpu-2xh100=20"])
@@ -73,23 +77,57 @@ def test_prices_are_sourced_or_unknown_and_overridable():
 
 def test_predicted_row_from_plan_figures(tmp_path):
     plan_json = tmp_path / "plan.json"
+
     # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (REFERENCE.md).
     # Records shaped like cookbook.fit.PlanReport.to_dict(); the recommended layout wins.
     def rec(remat, flash, flops, compiles=True):
-        return {"config": {"preset": "gemma4_31b", "slice_name": "v5p-8", "batch": 1, "seq_len": 4096,
-                           "remat": remat, "flash": flash, "block": 512},
-                "compiles": compiles, "flops_per_chip": flops, "tokens_per_step": 4096,
-                "flops_per_token": flops * 4 / 4096, "total_bytes": 18.7 * 2**30}
-    plan_json.write_text(json.dumps({"plans": [rec("none", False, 157.8e12), rec("decoder", False, 1e12, False),
-                                               rec("decoder", True, 228.5e12)]}))
+        return {
+            "config": {
+                "preset": "gemma4_31b",
+                "slice_name": "v5p-8",
+                "batch": 1,
+                "seq_len": 4096,
+                "remat": remat,
+                "flash": flash,
+                "block": 512,
+            },
+            "compiles": compiles,
+            "flops_per_chip": flops,
+            "tokens_per_step": 4096,
+            "flops_per_token": flops * 4 / 4096,
+            "total_bytes": 18.7 * 2**30,
+        }
+
+    plan_json.write_text(
+        json.dumps(
+            {
+                "plans": [
+                    rec("none", False, 157.8e12),
+                    rec("decoder", False, 1e12, False),
+                    rec("decoder", True, 228.5e12),
+                ]
+            }
+        )
+    )
     assert fit.load_plan_figures(plan_json, prefer={}).tflop_per_chip_per_step == pytest.approx(157.8)
     # The layout of benchmarks/plan_31b.py: records by name, and its pick per slice.
     bench_json = tmp_path / "plan_31b.json"
-    bench_json.write_text(json.dumps({
-        "mfu": 0.4, "recommended": {"v5p-8": {"from": "splash"}},
-        "results": {"dense_noremat": rec("none", False, 157.8e12), "splash": rec("decoder", True, 189.7e12),
-                    "short": {**rec("none", False, 1e12), "config": {**rec("none", False, 1e12)["config"],
-                                                                      "num_layers": 2}}}}))
+    bench_json.write_text(
+        json.dumps(
+            {
+                "mfu": 0.4,
+                "recommended": {"v5p-8": {"from": "splash"}},
+                "results": {
+                    "dense_noremat": rec("none", False, 157.8e12),
+                    "splash": rec("decoder", True, 189.7e12),
+                    "short": {
+                        **rec("none", False, 1e12),
+                        "config": {**rec("none", False, 1e12)["config"], "num_layers": 2},
+                    },
+                },
+            }
+        )
+    )
     # Splash records get the kernels' FLOPs the compiler does not count (cookbook.fit._kernels).
     from cookbook.fit._kernels import splash_kernel_flops_per_chip
 
@@ -149,7 +187,7 @@ def test_the_default_predicted_row_is_the_compilers_estimate_of_the_recommended_
     by_mfu = cost.predict_training(plan, estimate="mfu", mfu=0.4)
     peak = core.PLATFORMS["tpu-v5p-8"].peak_bf16_tflops_per_chip
     assert by_mfu["tokens_per_s"] == pytest.approx(plan.tokens_per_step * peak * 0.4 / plan.tflop_per_chip_per_step)
-    assert plan.tflop_per_chip_per_step == pytest.approx(rec["flops_per_token"] * plan.tokens_per_step / 4 / 1e12
-                                                         + fit.load_plan_results("gemma4_31b")["results"][rec["from"]]
-                                                         ["kernel_flops_per_chip"] / 1e12)
-
+    assert plan.tflop_per_chip_per_step == pytest.approx(
+        rec["flops_per_token"] * plan.tokens_per_step / 4 / 1e12
+        + fit.load_plan_results("gemma4_31b")["results"][rec["from"]]["kernel_flops_per_chip"] / 1e12
+    )

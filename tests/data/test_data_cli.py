@@ -11,8 +11,11 @@ from cookbook.harness import main
 pytestmark = pytest.mark.jax_only
 
 ROWS = [
-    {"system": "You write Verilog.", "prompt": "Write an inverter.",
-     "response": "<think>One NOT gate.</think>module inv(input a, output y); assign y = ~a; endmodule"},
+    {
+        "system": "You write Verilog.",
+        "prompt": "Write an inverter.",
+        "response": "<think>One NOT gate.</think>module inv(input a, output y); assign y = ~a; endmodule",
+    },
     {"messages": [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}]},
     {"conversations": [{"from": "human", "value": "Name a gate."}, {"from": "gpt", "value": "NAND"}]},
     {"prompt": "Write a buffer.", "completion": "module buf1(input a, output y); assign y = a; endmodule"},
@@ -29,8 +32,20 @@ def rows_file(tmp_path):
 def test_json_gives_the_report_and_spans_that_are_the_loss_mask(rows_file, tiny_base, capsys):
     from transformers import AutoTokenizer
 
-    code = main(["data", "--data", str(rows_file), "--base", str(tiny_base), "--show", "3", "--json",
-                 "--max-bad-fraction", "0.5"])
+    code = main(
+        [
+            "data",
+            "--data",
+            str(rows_file),
+            "--base",
+            str(tiny_base),
+            "--show",
+            "3",
+            "--json",
+            "--max-bad-fraction",
+            "0.5",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     rep = out["report"]

@@ -11,9 +11,14 @@ from cookbook import data
 
 pytestmark = pytest.mark.jax_only
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 THOUGHT = "A 4-bit sum needs 5 bits."
 MODULE = "module add(input [3:0] a, b, output [4:0] y);\n  assign y = a + b;\nendmodule"
 SYSTEM = "You design digital circuits."
@@ -28,17 +33,32 @@ def tok(tiny_base):
 
 
 def _thinking_row():
-    return {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT},
-                         {"role": "assistant", "reasoning_content": THOUGHT, "content": MODULE}]}
+    return {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": PROMPT},
+            {"role": "assistant", "reasoning_content": THOUGHT, "content": MODULE},
+        ]
+    }
 
 
 def _tool_row(arguments='{"city": "Paris"}'):
-    return {"tools": [WEATHER], "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning": "Ask the tool.",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "18 C, sunny"},
-        {"role": "assistant", "content": "18 C and sunny."}]}
+    return {
+        "tools": [WEATHER],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning": "Ask the tool.",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "18 C, sunny"},
+            {"role": "assistant", "content": "18 C and sunny."},
+        ],
+    }
 
 
 def _trained_and_not(tok, row, **kw):
@@ -50,13 +70,17 @@ def _trained_and_not(tok, row, **kw):
 def test_a_thinking_row_trains_on_the_thought_channel_and_the_answer(tok):
     trained, untrained, _, _ = _trained_and_not(tok, _thinking_row())
     assert trained == f"<|channel>thought\n{THOUGHT}\n<channel|>{MODULE}<turn|>"
-    assert untrained == f"<bos><|turn>system\n<|think|>\n{SYSTEM}<turn|>\n<|turn>user\n{PROMPT}<turn|>\n<|turn>model\n\n"
+    assert (
+        untrained == f"<bos><|turn>system\n<|think|>\n{SYSTEM}<turn|>\n<|turn>user\n{PROMPT}<turn|>\n<|turn>model\n\n"
+    )
 
 
 def test_a_tool_row_trains_on_calls_and_answer_never_on_the_tool_response(tok):
     trained, untrained, _, _ = _trained_and_not(tok, _tool_row())
-    assert trained == ('<|channel>thought\nAsk the tool.\n<channel|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>}'
-                       "<tool_call|><|tool_response>18 C and sunny.<turn|>")
+    assert trained == (
+        '<|channel>thought\nAsk the tool.\n<channel|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>}'
+        "<tool_call|><|tool_response>18 C and sunny.<turn|>"
+    )
     assert 'response:get_weather{value:<|"|>18 C, sunny<|"|>}<tool_response|>' in untrained
     assert "<|tool>declaration:get_weather" in untrained and "Weather in Paris?" in untrained
     # OpenAI's JSON-text arguments and an object give the same tokens.
@@ -65,26 +89,61 @@ def test_a_tool_row_trains_on_calls_and_answer_never_on_the_tool_response(tok):
 
 
 def test_multi_turn_trains_every_answer_and_only_the_last_thought(tok):
-    row = {"messages": [
-        {"role": "user", "content": "one"}, {"role": "assistant", "content": "<think>first</think>A1"},
-        {"role": "user", "content": "two"}, {"role": "assistant", "content": "A2", "reasoning_content": "second"}]}
+    row = {
+        "messages": [
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "<think>first</think>A1"},
+            {"role": "user", "content": "two"},
+            {"role": "assistant", "content": "A2", "reasoning_content": "second"},
+        ]
+    }
     trained, untrained, _, _ = _trained_and_not(tok, row)
     assert trained == "A1<turn|><|channel>thought\nsecond\n<channel|>A2<turn|>"
     assert "first" not in trained + untrained  # the released template drops earlier thoughts
 
 
-@pytest.mark.parametrize("layout, row, kw", [
-    ("codev-r1", {"system": SYSTEM, "prompt": PROMPT, "response": f"<think>\n{THOUGHT}\n</think>\n\n{MODULE}"}, {}),
-    ("codev-r1, no opening tag", {"system": SYSTEM, "prompt": PROMPT, "response": f"{THOUGHT}</think>{MODULE}"}, {}),
-    ("named format", {"system": SYSTEM, "prompt": PROMPT, "response": f"<think>{THOUGHT}</think>{MODULE}"},
-     {"data_format": "codev-r1"}),
-    ("columns", {"sys": SYSTEM, "q": PROMPT, "a": f"<think>{THOUGHT}</think>{MODULE}"},
-     {"data_format": "columns", "columns": data.parse_columns("system=sys,prompt=q,response=a")}),
-    ("sharegpt", {"system": SYSTEM, "conversations": [{"from": "human", "value": PROMPT},
-                                                      {"from": "gpt", "value": f"<think>{THOUGHT}</think>{MODULE}"}]}, {}),
-    ("alpaca", {"system": SYSTEM, "instruction": "Write a 4-bit", "input": "adder.",
-                "output": f"<think>{THOUGHT}</think>{MODULE}"}, {}),
-])
+@pytest.mark.parametrize(
+    "layout, row, kw",
+    [
+        ("codev-r1", {"system": SYSTEM, "prompt": PROMPT, "response": f"<think>\n{THOUGHT}\n</think>\n\n{MODULE}"}, {}),
+        (
+            "codev-r1, no opening tag",
+            {"system": SYSTEM, "prompt": PROMPT, "response": f"{THOUGHT}</think>{MODULE}"},
+            {},
+        ),
+        (
+            "named format",
+            {"system": SYSTEM, "prompt": PROMPT, "response": f"<think>{THOUGHT}</think>{MODULE}"},
+            {"data_format": "codev-r1"},
+        ),
+        (
+            "columns",
+            {"sys": SYSTEM, "q": PROMPT, "a": f"<think>{THOUGHT}</think>{MODULE}"},
+            {"data_format": "columns", "columns": data.parse_columns("system=sys,prompt=q,response=a")},
+        ),
+        (
+            "sharegpt",
+            {
+                "system": SYSTEM,
+                "conversations": [
+                    {"from": "human", "value": PROMPT},
+                    {"from": "gpt", "value": f"<think>{THOUGHT}</think>{MODULE}"},
+                ],
+            },
+            {},
+        ),
+        (
+            "alpaca",
+            {
+                "system": SYSTEM,
+                "instruction": "Write a 4-bit",
+                "input": "adder.",
+                "output": f"<think>{THOUGHT}</think>{MODULE}",
+            },
+            {},
+        ),
+    ],
+)
 def test_every_layout_gives_the_tokens_and_mask_of_the_same_messages_row(tok, layout, row, kw):
     expected = _thinking_row()
     if layout == "alpaca":
@@ -102,26 +161,72 @@ def test_a_row_without_a_thought_renders_without_the_thinking_switch(tok):
 
 
 BAD_ROWS = {
-    1: ({"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]}, "unknown role 'robot'"),
-    2: ({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "x"},
-                      {"role": "assistant", "content": "b"}]}, "answers no tool call"),
-    3: ({**_tool_row(), "messages": [*_tool_row()["messages"][:2],
-                                     {"role": "tool", "tool_call_id": "c9", "content": "x"},
-                                     {"role": "assistant", "content": "b"}]}, "tool_call_id 'c9'"),
-    4: ({**_tool_row(), "messages": [*_tool_row()["messages"][:3], {"role": "tool", "content": "again"},
-                                     {"role": "assistant", "content": "b"}]}, "made 1 call(s), and this is response 2"),
+    1: (
+        {"messages": [{"role": "robot", "content": "a"}, {"role": "assistant", "content": "b"}]},
+        "unknown role 'robot'",
+    ),
+    2: (
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "tool", "content": "x"},
+                {"role": "assistant", "content": "b"},
+            ]
+        },
+        "answers no tool call",
+    ),
+    3: (
+        {
+            **_tool_row(),
+            "messages": [
+                *_tool_row()["messages"][:2],
+                {"role": "tool", "tool_call_id": "c9", "content": "x"},
+                {"role": "assistant", "content": "b"},
+            ],
+        },
+        "tool_call_id 'c9'",
+    ),
+    4: (
+        {
+            **_tool_row(),
+            "messages": [
+                *_tool_row()["messages"][:3],
+                {"role": "tool", "content": "again"},
+                {"role": "assistant", "content": "b"},
+            ],
+        },
+        "made 1 call(s), and this is response 2",
+    ),
     5: (_tool_row(arguments='{"city": '), "arguments are not valid JSON"),
     6: (_tool_row(arguments="[1, 2]"), "arguments must be a JSON object"),
-    7: ({"messages": [{"role": "user", "content": "a"},
-                      {"role": "assistant", "tool_calls": [{"function": {"arguments": {}}}]}]}, "has no function name"),
-    8: ({**_tool_row(), "tools": [{**WEATHER, "function": {**WEATHER["function"], "name": "get_time"}}]},
-        "which the row's tools do not declare"),
+    7: (
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "tool_calls": [{"function": {"arguments": {}}}]},
+            ]
+        },
+        "has no function name",
+    ),
+    8: (
+        {**_tool_row(), "tools": [{**WEATHER, "function": {**WEATHER["function"], "name": "get_time"}}]},
+        "which the row's tools do not declare",
+    ),
     9: ({"prompt": "a", "response": "<think>never closed"}, "never closes it"),
-    10: ({"messages": [{"role": "user", "content": "say <|turn>model"}, {"role": "assistant", "content": "b"}]},
-         "control token '<|turn>'"),
+    10: (
+        {"messages": [{"role": "user", "content": "say <|turn>model"}, {"role": "assistant", "content": "b"}]},
+        "control token '<|turn>'",
+    ),
     11: ({"conversations": [{"from": "robot", "value": "a"}]}, "ShareGPT roles are"),
-    12: ({"messages": [{"role": "user", "content": "a", "reasoning_content": "x"}, {"role": "assistant", "content": "b"}]},
-         "only assistant turns think"),
+    12: (
+        {
+            "messages": [
+                {"role": "user", "content": "a", "reasoning_content": "x"},
+                {"role": "assistant", "content": "b"},
+            ]
+        },
+        "only assistant turns think",
+    ),
 }
 
 
@@ -143,8 +248,9 @@ def test_the_length_distribution_and_the_too_long_policy_are_reported(tok, too_l
     rows = [{"prompt": "p", "response": f"<think>{'think ' * k}</think>{MODULE}"} for k in range(0, 200, 2)]
     lengths = sorted(len(data.tokenize_chat(tok, r)[0]) for r in rows)
     seq_len = lengths[89]  # 10 rows longer
-    examples, report = data.prepare_examples(rows, tok, data.DataConfig(seq_len=seq_len, too_long=too_long,
-                                                                        max_bad_fraction=0.2))
+    examples, report = data.prepare_examples(
+        rows, tok, data.DataConfig(seq_len=seq_len, too_long=too_long, max_bad_fraction=0.2)
+    )
     assert sorted(report.lengths) == lengths
     pct = report.length_percentiles()
     assert pct[50] == lengths[49] and pct[90] == lengths[89] and pct[99] == lengths[98] and pct[100] == lengths[-1]

@@ -94,8 +94,14 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
     assert tok.decode(ids) == text
     # A thinking row and a tool-calling row: vLLM, given the request's tools and
     # chat_template_kwargs, renders the prompt and the whole conversation as training does.
-    weather = {"type": "function", "function": {"name": "weather", "description": "Weather",
-                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
     rows = [{"prompt": "An inverter?", "response": "<think>One NOT gate.</think>module inv; endmodule"},
             {"tools": [weather], "messages": [
                 {"role": "user", "content": "Paris?"},
@@ -104,7 +110,9 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
     for row in rows:
         conv = data.to_conversation(row)
         kwargs = conv.template_kwargs()
-        prompt = [m for m in conv.messages][: max(i for i, m in enumerate(conv.messages) if m["role"] != "assistant") + 1]
+        prompt = [m for m in conv.messages][
+            : max(i for i, m in enumerate(conv.messages) if m["role"] != "assistant") + 1
+        ]
         assert serve.render_with_vllm(served_dir, prompt, **kwargs) == data.prompt_ids(tok, row)
         full = serve.render_with_vllm(served_dir, conv.messages, add_generation_prompt=False, tokenize=False, **kwargs)
         assert tok.decode(data.tokenize_chat(tok, row)[0]) == full
@@ -253,7 +261,9 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
     cfg = data.DataConfig(seq_len=128, batch_size=1, packing=True, shuffle=False)
     batch = next(data.make_train_iter(rows, tok, cfg))
     inputs = data.model_inputs(batch)
-    packed = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), inputs["attention_mask"])
+    packed = forward(
+        model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), inputs["attention_mask"]
+    )
     segments = _segments(batch)
     assert len(segments) >= 2
     seg = np.asarray(batch["segment_ids"][0])
@@ -263,15 +273,19 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
         alone = forward(model, jnp.asarray(ids[None]), jnp.arange(n)[None], jnp.tril(jnp.ones((n, n), bool))[None])
         # Same function, another layout: float32 rounding only. Bound: 4x transformers' own
         # float32 error on this example (float32 vs float64), measured here (numerics).
-        floors[s] = core.float32_floor(models.transformers_logits(tiny_base, ids[None]),
-                                           models.transformers_logits(tiny_base, ids[None], dtype="float64"))
+        floors[s] = core.float32_floor(
+            models.transformers_logits(tiny_base, ids[None]),
+            models.transformers_logits(tiny_base, ids[None], dtype="float64"),
+        )
         check = core.compare(np.asarray(packed[0])[seg == s], np.asarray(alone[0]), floors[s])
         assert check["ok"], (s, check)
     # Control: with a plain causal mask the second example sees the first, and differs.
     causal = jnp.tril(jnp.ones((128, 128), bool))[None]
     leaky = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), causal)
-    core.check_separated(core.compare(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2],
-                                              floors[2]), "causal mask across examples")
+    core.check_separated(
+        core.compare(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2], floors[2]),
+        "causal mask across examples",
+    )
 
 
 # ------------------------------------------------------------------------------------
@@ -375,7 +389,10 @@ def test_each_process_reads_its_own_rows(tmp_path, examples):
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _MULTIHOST_WORKER, f"127.0.0.1:{port}", str(i), str(path)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(2)
     ]
@@ -385,7 +402,7 @@ def test_each_process_reads_its_own_rows(tmp_path, examples):
             out, _ = p.communicate(timeout=300)
             line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
             assert p.returncode == 0 and line, out[-3000:]
-            results.append(json.loads(line[len("RESULT "):]))
+            results.append(json.loads(line[len("RESULT ") :]))
     finally:
         for p in procs:
             if p.poll() is None:

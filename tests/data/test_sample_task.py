@@ -87,8 +87,10 @@ def test_thinking_rows_are_the_plain_rows_with_a_thought_from_their_own_spec():
     for row in thinking:
         name, verb, width = PROMPT_RE.fullmatch(data.prompt_of(row)).groups()
         thought = data.thought_of(row)
-        assert thought == f"{name}: {width}-bit {data.OPERATION_NOUNS[verb]}, so [{int(width) - 1}:0] " \
-                          f"and y = a {data.OPERATIONS[verb]} b."
+        assert (
+            thought == f"{name}: {width}-bit {data.OPERATION_NOUNS[verb]}, so [{int(width) - 1}:0] "
+            f"and y = a {data.OPERATIONS[verb]} b."
+        )
         assert "module" not in thought  # nothing the scorer could take for the answer
     assert thinking == data.generate_rows("eval", n=60, thinking=True)
 

@@ -23,9 +23,14 @@ def iverilog() -> str:
 def adder8(iverilog) -> evaluate.Problem:
     """``add8``: y = a + b on 8 bits, with the sample task's generated testbench."""
     answer = "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule"
-    return evaluate.Problem(name="Prob001_add8", prompt="Write a Verilog module named add8 that adds two 8-bit inputs.",
-                            ref=answer.replace("module add8(", "module RefModule("), module="add8", answer=answer,
-                            test=evaluate.two_input_testbench("add8", 8))
+    return evaluate.Problem(
+        name="Prob001_add8",
+        prompt="Write a Verilog module named add8 that adds two 8-bit inputs.",
+        ref=answer.replace("module add8(", "module RefModule("),
+        module="add8",
+        answer=answer,
+        test=evaluate.two_input_testbench("add8", 8),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,13 +47,21 @@ def tiny_greedy(iverilog):
     tokenizer = train.load_tokenizer(base_dir)
     problems = evaluate.sample_task_problems(train.eval_rows(config)[:48])
     sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems))
-    tuned, sampler = evaluate.tunix_samples(train.restore_lora_model(run_dir), tokenizer, problems, sampling,
-                                            batch_size=48)
-    base, _ = evaluate.tunix_samples(train.build_lora_model(config, base_dir), tokenizer, problems, sampling,
-                                     batch_size=48, sampler=sampler)
+    tuned, sampler = evaluate.tunix_samples(
+        train.restore_lora_model(run_dir), tokenizer, problems, sampling, batch_size=48
+    )
+    base, _ = evaluate.tunix_samples(
+        train.build_lora_model(config, base_dir), tokenizer, problems, sampling, batch_size=48, sampler=sampler
+    )
     return types.SimpleNamespace(
-        run_dir=run_dir, problems=problems, tokenizer=tokenizer, sampling=sampling, generation=tuned,
-        tuned=evaluate.score_generation(problems, tuned), base=evaluate.score_generation(problems, base))
+        run_dir=run_dir,
+        problems=problems,
+        tokenizer=tokenizer,
+        sampling=sampling,
+        generation=tuned,
+        tuned=evaluate.score_generation(problems, tuned),
+        base=evaluate.score_generation(problems, base),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -67,11 +80,27 @@ def tiny_thinking(iverilog):
     problems = evaluate.sample_task_problems(rows)
     # The answer's budget plus the longest thought channel the rows hold.
     channel = evaluate.thought_budget(tokenizer, rows)
-    assert channel == max(len(tokenizer(f"<|channel>thought\n{data.thought_of(r)}\n<channel|>",
-                                        add_special_tokens=False)["input_ids"]) for r in rows) > 0
+    assert (
+        channel
+        == max(
+            len(
+                tokenizer(f"<|channel>thought\n{data.thought_of(r)}\n<channel|>", add_special_tokens=False)["input_ids"]
+            )
+            for r in rows
+        )
+        > 0
+    )
     sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems) + channel)
     model = train.restore_lora_model(run_dir)
     generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, sampling, batch_size=48, thinking=True)
-    return types.SimpleNamespace(run_dir=run_dir, rows=rows, problems=problems, tokenizer=tokenizer, model=model,
-                                 sampling=sampling, generation=generation, sampler=sampler,
-                                 scores=evaluate.score_generation(problems, generation))
+    return types.SimpleNamespace(
+        run_dir=run_dir,
+        rows=rows,
+        problems=problems,
+        tokenizer=tokenizer,
+        model=model,
+        sampling=sampling,
+        generation=generation,
+        sampler=sampler,
+        scores=evaluate.score_generation(problems, generation),
+    )

@@ -20,12 +20,26 @@ def test_completions_file_is_scored_without_a_model(problems_dir, tmp_path, caps
     assert len(problems) == 4
     answer = [p.ref.replace(evaluate.REF_MODULE, p.module) for p in problems]  # the reference, renamed back
     wrong = answer[0].replace(" b;", " a;")
-    evaluate.write_completions(tmp_path / "c.jsonl", {
-        problems[0].name: [answer[0], wrong, answer[0], "prose", answer[0]],
-        problems[1].name: [f"```verilog\n{answer[1]}```"] * 5,
-        problems[2].name: ["no"] * 5, problems[3].name: [answer[3].replace(";", "", 1)] * 5})
-    code = harness.main(["eval", "--problems", str(problems_dir), "--completions", str(tmp_path / "c.jsonl"),
-                         "--summary", str(tmp_path / "s.json")])
+    evaluate.write_completions(
+        tmp_path / "c.jsonl",
+        {
+            problems[0].name: [answer[0], wrong, answer[0], "prose", answer[0]],
+            problems[1].name: [f"```verilog\n{answer[1]}```"] * 5,
+            problems[2].name: ["no"] * 5,
+            problems[3].name: [answer[3].replace(";", "", 1)] * 5,
+        },
+    )
+    code = harness.main(
+        [
+            "eval",
+            "--problems",
+            str(problems_dir),
+            "--completions",
+            str(tmp_path / "c.jsonl"),
+            "--summary",
+            str(tmp_path / "s.json"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     lines = [json.loads(line) for line in captured.out.splitlines()]
@@ -40,13 +54,22 @@ def test_completions_file_is_scored_without_a_model(problems_dir, tmp_path, caps
     assert "summary: " in captured.err and "simulating" in captured.err  # the progress bar
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--problems", "{tmp}/nope", "--completions", "{tmp}/c.jsonl"], "problems directory '{tmp}/nope' does not exist"),
-    (["--problems", "{problems}", "--completions", "{tmp}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
-    (["--problems", "{problems}", "--completions", "{tmp}/c.jsonl", "--k", "5"], "pass@5 needs 5 samples per problem"),
-    (["--problems", "{problems}"], "say where completions come from"),
-    (["--problems", "{problems}", "--run", "{tmp}"], "is not a training run"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--problems", "{tmp}/nope", "--completions", "{tmp}/c.jsonl"],
+            "problems directory '{tmp}/nope' does not exist",
+        ),
+        (["--problems", "{problems}", "--completions", "{tmp}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
+        (
+            ["--problems", "{problems}", "--completions", "{tmp}/c.jsonl", "--k", "5"],
+            "pass@5 needs 5 samples per problem",
+        ),
+        (["--problems", "{problems}"], "say where completions come from"),
+        (["--problems", "{problems}", "--run", "{tmp}"], "is not a training run"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_1(problems_dir, tmp_path, capsys, args, message):
     names = [p.name for p in evaluate.load_problems(problems_dir)]
     evaluate.write_completions(tmp_path / "c.jsonl", {n: ["x"] for n in names})

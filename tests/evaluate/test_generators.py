@@ -24,8 +24,9 @@ def test_greedy_vllm_equals_tunix_and_sampling_through_the_server(tiny_greedy, v
     """The session server holds the same run's adapter ("verilog") on the base, and its all-zero copy ("base")."""
     problems, tokenizer = tiny_greedy.problems, tiny_greedy.tokenizer
     client = vllm_lora_server.client()
-    served = evaluate.score_generation(problems, evaluate.endpoint_samples(
-        client, "verilog", problems, tiny_greedy.sampling, tokenizer=tokenizer))
+    served = evaluate.score_generation(
+        problems, evaluate.endpoint_samples(client, "verilog", problems, tiny_greedy.sampling, tokenizer=tokenizer)
+    )
     assert served.pass_at(1) == tiny_greedy.tuned.pass_at(1)
     assert [p.results[0].outcome for p in served.problems] == [p.results[0].outcome for p in tiny_greedy.tuned.problems]
 
@@ -47,8 +48,10 @@ def test_transformers_generate_agrees_in_kind(tiny_greedy):
     problems = tiny_greedy.problems[:16]
     merged = merge.ensure_merged(tiny_greedy.run_dir, text_only=True)
     model = evaluate.load_transformers_model(merged)
-    greedy = evaluate.score_generation(problems, evaluate.transformers_samples(
-        model, tiny_greedy.tokenizer, problems, tiny_greedy.sampling, num_threads=1))
+    greedy = evaluate.score_generation(
+        problems,
+        evaluate.transformers_samples(model, tiny_greedy.tokenizer, problems, tiny_greedy.sampling, num_threads=1),
+    )
     assert [p.completions for p in greedy.problems] == [p.completions for p in tiny_greedy.tuned.problems[:16]]
     sampling = evaluate.PAPER_SAMPLING.replace(max_tokens=tiny_greedy.sampling.max_tokens)
     gen = evaluate.transformers_samples(model, tiny_greedy.tokenizer, problems[:8], sampling, num_threads=1)
@@ -63,10 +66,29 @@ def test_cli_scores_an_endpoint(tiny_greedy, vllm_lora_server, tmp_path, capsys,
 
     problems = evaluate.write_problems(tmp_path / "p", tiny_greedy.problems[:4])
     monkeypatch.setenv("COOKBOOK_TEST_VLLM_KEY", vllm_lora_server.api_key)
-    code = harness.main(["eval", "--problems", str(problems), "--endpoint", vllm_lora_server.base_url,
-                         "--model", "verilog", "--api-key-env", "COOKBOOK_TEST_VLLM_KEY", "--n", "2",
-                         "--max-tokens", str(tiny_greedy.sampling.max_tokens), "--seed", "7",
-                         "--summary", str(tmp_path / "s.json"), "--save-completions", str(tmp_path / "c.jsonl")])
+    code = harness.main(
+        [
+            "eval",
+            "--problems",
+            str(problems),
+            "--endpoint",
+            vllm_lora_server.base_url,
+            "--model",
+            "verilog",
+            "--api-key-env",
+            "COOKBOOK_TEST_VLLM_KEY",
+            "--n",
+            "2",
+            "--max-tokens",
+            str(tiny_greedy.sampling.max_tokens),
+            "--seed",
+            "7",
+            "--summary",
+            str(tmp_path / "s.json"),
+            "--save-completions",
+            str(tmp_path / "c.jsonl"),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     rows = [json.loads(line) for line in out.out.splitlines()]
@@ -83,8 +105,20 @@ def test_cli_scores_a_training_run(tiny_greedy, tmp_path, capsys):
     from cookbook import harness
 
     problems = evaluate.write_problems(tmp_path / "p", tiny_greedy.problems[:4])
-    code = harness.main(["eval", "--problems", str(problems), "--run", str(tiny_greedy.run_dir), "--greedy",
-                         "--max-tokens", str(tiny_greedy.sampling.max_tokens), "--out", str(tmp_path / "r.jsonl")])
+    code = harness.main(
+        [
+            "eval",
+            "--problems",
+            str(problems),
+            "--run",
+            str(tiny_greedy.run_dir),
+            "--greedy",
+            "--max-tokens",
+            str(tiny_greedy.sampling.max_tokens),
+            "--out",
+            str(tmp_path / "r.jsonl"),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
@@ -98,8 +132,20 @@ def test_cli_scores_a_transformers_checkpoint(tiny_greedy, tmp_path, capsys):
 
     problems = evaluate.write_problems(tmp_path / "p", tiny_greedy.problems[:3])
     merged = merge.ensure_merged(tiny_greedy.run_dir, text_only=True)
-    code = harness.main(["eval", "--problems", str(problems), "--hf-model", str(merged), "--greedy",
-                         "--max-tokens", str(tiny_greedy.sampling.max_tokens), "--summary", str(tmp_path / "s.json")])
+    code = harness.main(
+        [
+            "eval",
+            "--problems",
+            str(problems),
+            "--hf-model",
+            str(merged),
+            "--greedy",
+            "--max-tokens",
+            str(tiny_greedy.sampling.max_tokens),
+            "--summary",
+            str(tmp_path / "s.json"),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     rows = [json.loads(line) for line in out.out.splitlines()]
@@ -116,7 +162,7 @@ def _thought_in(completion: str) -> str | None:
     """The thought of a completion decoded with its special tokens (Tunix's text)."""
     if not completion.startswith(_THOUGHT) or "\n<channel|>" not in completion:
         return None
-    return completion[len(_THOUGHT):].split("\n<channel|>", 1)[0]
+    return completion[len(_THOUGHT) :].split("\n<channel|>", 1)[0]
 
 
 @pytest.mark.slow
@@ -131,8 +177,9 @@ def test_the_thinking_run_thinks_then_answers(tiny_thinking):
     # `cookbook train ... --eval-accuracy N` (train.evaluate): prompted with thinking on, as trained,
     # with room for the thought, and judged on the answer: the same completions as above.
     res = train.evaluate(tiny_thinking.model, tiny_thinking.tokenizer, rows, batch_size=48)
-    assert [data.clean_completion(c) for c in res["completions"]] == \
-        [data.clean_completion(p.completions[0]) for p in scores.problems]
+    assert [data.clean_completion(c) for c in res["completions"]] == [
+        data.clean_completion(p.completions[0]) for p in scores.problems
+    ]
     assert res["accuracy"] == scores.exact_match
 
 
@@ -148,9 +195,11 @@ def test_thinking_pass1_through_vllm_equals_tunix(tiny_thinking, vllm_lora_serve
 
     adapter = merge.ensure_peft(tiny_thinking.run_dir, layout="text")
     request = urllib.request.Request(
-        vllm_lora_server.base_url + "/load_lora_adapter", method="POST",
+        vllm_lora_server.base_url + "/load_lora_adapter",
+        method="POST",
         data=json.dumps({"lora_name": "verilog-thinking", "lora_path": str(adapter)}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {vllm_lora_server.api_key}"})
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {vllm_lora_server.api_key}"},
+    )
     with urllib.request.urlopen(request, timeout=120) as r:
         assert r.status == 200
     problems, tunix = tiny_thinking.problems, tiny_thinking.scores
@@ -163,8 +212,10 @@ def test_thinking_pass1_through_vllm_equals_tunix(tiny_thinking, vllm_lora_serve
     for p, t in zip(served.problems, tunix.problems, strict=True):
         assert "<|channel>" not in p.completions[0] and "thought" not in p.completions[0]  # content: the answer
         assert chat.thoughts[p.problem] == [_thought_in(t.completions[0])]  # reasoning: the thought, apart
-    ids = evaluate.endpoint_samples(client, "verilog-thinking", problems, tiny_thinking.sampling,
-                                    tokenizer=tiny_thinking.tokenizer, thinking=True)
-    assert [data.clean_completion(ids.completions[p.name][0]) for p in problems] == \
-        [data.clean_completion(t.completions[0]) for t in tunix.problems]
+    ids = evaluate.endpoint_samples(
+        client, "verilog-thinking", problems, tiny_thinking.sampling, tokenizer=tiny_thinking.tokenizer, thinking=True
+    )
+    assert [data.clean_completion(ids.completions[p.name][0]) for p in problems] == [
+        data.clean_completion(t.completions[0]) for t in tunix.problems
+    ]
     assert all(ids.completions[p.name][0].startswith(_THOUGHT) for p in problems)  # markers kept

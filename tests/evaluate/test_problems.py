@@ -58,11 +58,17 @@ def ve_dir(tmp_path):
 
 def test_a_verilog_eval_directory_loads_and_scores(ve_dir, iverilog):
     (problem,) = evaluate.load_problems(ve_dir)
-    assert (problem.name, problem.module, problem.prompt, problem.answer) == ("Prob007_parity4", "TopModule", VE_PROMPT,
-                                                                              None)
+    assert (problem.name, problem.module, problem.prompt, problem.answer) == (
+        "Prob007_parity4",
+        "TopModule",
+        VE_PROMPT,
+        None,
+    )
     assert problem.messages() == [{"role": "user", "content": VE_PROMPT}]
-    good = "```verilog\nmodule TopModule(input [3:0] in, output out);\n  assign out = in[0] ^ in[1] ^ in[2] ^ in[3];\n" \
-           "endmodule\n```"
+    good = (
+        "```verilog\nmodule TopModule(input [3:0] in, output out);\n  assign out = in[0] ^ in[1] ^ in[2] ^ in[3];\n"
+        "endmodule\n```"
+    )
     r = evaluate.simulate(problem, good)
     assert r.passed and r.samples > 40, r
     assert evaluate.simulate(problem, good.replace("^ in[3]", "| in[3]")).outcome == "mismatch"
@@ -91,13 +97,25 @@ def test_sample_task_problems_round_trip_through_the_layout(tmp_path):
     assert [p.name for p in problems][:2] == ["Prob001_" + problems[0].module, "Prob002_" + problems[1].module]
     assert problems[0].prompt == data.prompt_of(rows[0]) and problems[0].answer == data.answer_of(rows[0])
     loaded = evaluate.load_problems(evaluate.write_problems(tmp_path / "p", problems))
-    assert [(p.name, p.prompt, p.ref, p.test, p.module) for p in loaded] == \
-           [(p.name, p.prompt, p.ref, p.test, p.module) for p in sorted(problems, key=lambda p: p.name)]
+    assert [(p.name, p.prompt, p.ref, p.test, p.module) for p in loaded] == [
+        (p.name, p.prompt, p.ref, p.test, p.module) for p in sorted(problems, key=lambda p: p.name)
+    ]
     assert sorted(f.name for f in (tmp_path / "p").iterdir())[:3] == [
-        f"{problems[0].name}_prompt.txt", f"{problems[0].name}_ref.sv", f"{problems[0].name}_test.sv"]
+        f"{problems[0].name}_prompt.txt",
+        f"{problems[0].name}_ref.sv",
+        f"{problems[0].name}_test.sv",
+    ]
     with pytest.raises(evaluate.ProblemError, match="not a sample-task row"):
-        evaluate.sample_task_problems([{"messages": [{"role": "user", "content": "hi"},
-                                                     {"role": "assistant", "content": "module m(input a); endmodule"}]}])
+        evaluate.sample_task_problems(
+            [
+                {
+                    "messages": [
+                        {"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "module m(input a); endmodule"},
+                    ]
+                }
+            ]
+        )
 
 
 @pytest.mark.parametrize("width", [2, 12, 64])
@@ -115,8 +133,10 @@ def test_the_testbench_passes_the_reference_and_fails_every_other_operator(width
 def test_rewrites_show_what_exact_match_misses(iverilog):
     row = data.make_row("data_mux", "multiplies", 16)
     (problem,) = evaluate.sample_task_problems([row])
-    got = {label: (data.exact_match(c, row), evaluate.simulate(problem, c).outcome)
-           for label, c in evaluate.rewrites(problem).items()}
+    got = {
+        label: (data.exact_match(c, row), evaluate.simulate(problem, c).outcome)
+        for label, c in evaluate.rewrites(problem).items()
+    }
     assert got == {
         "the reference answer": (True, "pass"),
         "written differently (ports, operands, comment)": (False, "pass"),

@@ -39,10 +39,15 @@ def test_pass_at_k_known_values_and_refusals():
 
 def test_scoring_a_problem_set(adder8):
     wrong = adder8.answer.replace("a + b", "a - b")
-    other = evaluate.Problem(name="Prob002_add8", prompt=adder8.prompt, ref=adder8.ref, test=adder8.test,
-                             module="add8")  # no reference answer: no exact match
-    scores = evaluate.score([adder8, other], {"Prob001_add8": [adder8.answer, wrong, wrong, "x", wrong],
-                                              "Prob002_add8": [wrong] * 5}, ks=(1, 5), seeds={"Prob001_add8": [7] * 5})
+    other = evaluate.Problem(
+        name="Prob002_add8", prompt=adder8.prompt, ref=adder8.ref, test=adder8.test, module="add8"
+    )  # no reference answer: no exact match
+    scores = evaluate.score(
+        [adder8, other],
+        {"Prob001_add8": [adder8.answer, wrong, wrong, "x", wrong], "Prob002_add8": [wrong] * 5},
+        ks=(1, 5),
+        seeds={"Prob001_add8": [7] * 5},
+    )
     assert [p.c for p in scores.problems] == [1, 0]
     assert scores.pass_at(1) == pytest.approx((0.2 + 0.0) / 2)
     assert scores.pass_at(5) == pytest.approx((1.0 + 0.0) / 2)
@@ -62,17 +67,20 @@ def test_only_the_answer_after_the_thought_is_scored(adder8, tmp_path, capsys):
 
     wrong = adder8.answer.replace("a + b", "a - b")
     channel = "<|channel>thought\n{}\n<channel|>{}<turn|>"
-    completions = [channel.format(adder8.answer, wrong),  # the right module, in the thought only
-                   channel.format(wrong, adder8.answer),  # thought wrong, answer right
-                   "<|channel>thought\n" + adder8.answer,  # the budget ran out while thinking
-                   f"<think>\n{adder8.answer}\n</think>\n\n{wrong}"]
+    completions = [
+        channel.format(adder8.answer, wrong),  # the right module, in the thought only
+        channel.format(wrong, adder8.answer),  # thought wrong, answer right
+        "<|channel>thought\n" + adder8.answer,  # the budget ran out while thinking
+        f"<think>\n{adder8.answer}\n</think>\n\n{wrong}",
+    ]
     scores = evaluate.score([adder8], {adder8.name: completions})
     assert [r.outcome for r in scores.problems[0].results] == ["mismatch", "pass", "no_module", "mismatch"]
     assert scores.problems[0].exact == [False, True, False, False]
     problems = evaluate.write_problems(tmp_path / "p", [adder8])
     path = evaluate.write_completions(tmp_path / "c.jsonl", {adder8.name: completions[:1]})
-    code = harness.main(["eval", "--problems", str(problems), "--completions", str(path), "--summary",
-                         str(tmp_path / "s.json")])
+    code = harness.main(
+        ["eval", "--problems", str(problems), "--completions", str(path), "--summary", str(tmp_path / "s.json")]
+    )
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "s.json").read_text())["pass@1"] == 0.0
 
@@ -114,13 +122,19 @@ def test_quality_table_in_the_papers_form(adder8):
     assert row["problems"] == "sample task, held out (1)"
     lines = evaluate.quality_table([row])
     assert lines[0].startswith("| model | recipe | generator |") and "pass@5" in lines[0]
-    assert "| tiny + LoRA | TPU recipe | vLLM | sample task, held out (1) | 1.000 | 1.000 | 0.200 | 1.000 | 5 |" in lines
+    assert (
+        "| tiny + LoRA | TPU recipe | vLLM | sample task, held out (1) | 1.000 | 1.000 | 0.200 | 1.000 | 5 |" in lines
+    )
     assert any("0.641" in line and "TPU v5p-8" in line for line in lines)  # the paper's figures, for scale
     assert any("0.697" in line for line in lines)
 
 
 def test_sampling_config_checks_itself():
-    assert (evaluate.PAPER_SAMPLING.n, evaluate.PAPER_SAMPLING.temperature, evaluate.PAPER_SAMPLING.top_p) == (5, 0.8, 0.95)
+    assert (evaluate.PAPER_SAMPLING.n, evaluate.PAPER_SAMPLING.temperature, evaluate.PAPER_SAMPLING.top_p) == (
+        5,
+        0.8,
+        0.95,
+    )
     with pytest.raises(ValueError, match="greedy decoding .* one sample per problem"):
         evaluate.SamplingConfig(n=5, temperature=0.0)
     with pytest.raises(ValueError, match="n must be >= 1"):

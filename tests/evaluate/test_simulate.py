@@ -6,9 +6,15 @@ import pytest
 
 from cookbook import data, evaluate
 
-ROW = {"messages": [{"role": "user", "content": "Write a Verilog module named add8 that adds two 8-bit inputs."},
-                    {"role": "assistant",
-                     "content": "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule"}]}
+ROW = {
+    "messages": [
+        {"role": "user", "content": "Write a Verilog module named add8 that adds two 8-bit inputs."},
+        {
+            "role": "assistant",
+            "content": "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule",
+        },
+    ]
+}
 
 REWRITTEN = """module add8(
   input  [7:0] b,   // the other port order
@@ -32,24 +38,51 @@ def test_the_same_module_written_differently_passes_where_exact_match_fails(adde
     assert not data.exact_match(spaced, ROW) and evaluate.simulate(adder8, spaced).passed
 
 
-@pytest.mark.parametrize("completion, outcome, detail", [
-    ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a - b;\nendmodule", "mismatch", "mismatches in 236"),
-    ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a | b;\nendmodule", "mismatch", "mismatches"),
-    ("module add8(input [3:0] a, b, output [3:0] y);\n  assign y = a + b;\nendmodule", "mismatch", "mismatches"),
-    ("module add8(input [7:0] a, b, output [7:0] y)\n  assign y = a + b;\nendmodule", "compile_error", "syntax error"),
-    ("module add_8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule", "compile_error",
-     "Unknown module type: add8"),
-    ("module add8(input [7:0] x, z, output [7:0] y);\n  assign y = x + z;\nendmodule", "compile_error",
-     "is not a port"),
-    ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n  initial $finish;\nendmodule",
-     "no_samples", "0 mismatches in 0 samples"),
-    ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n"
-     "  initial repeat (100000) $display(\"spam spam spam spam spam spam spam spam spam spam\");\nendmodule",
-     "runtime_error", "output over the limit"),
-    ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n"
-     "  initial $display(\"Mismatches: 0 in 5 samples\");\nendmodule", "runtime_error", "want exactly one"),
-    ("I cannot write Verilog, but here is an adder: y = a + b.", "no_module", "no `module"),
-])
+@pytest.mark.parametrize(
+    "completion, outcome, detail",
+    [
+        (
+            "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a - b;\nendmodule",
+            "mismatch",
+            "mismatches in 236",
+        ),
+        ("module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a | b;\nendmodule", "mismatch", "mismatches"),
+        ("module add8(input [3:0] a, b, output [3:0] y);\n  assign y = a + b;\nendmodule", "mismatch", "mismatches"),
+        (
+            "module add8(input [7:0] a, b, output [7:0] y)\n  assign y = a + b;\nendmodule",
+            "compile_error",
+            "syntax error",
+        ),
+        (
+            "module add_8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule",
+            "compile_error",
+            "Unknown module type: add8",
+        ),
+        (
+            "module add8(input [7:0] x, z, output [7:0] y);\n  assign y = x + z;\nendmodule",
+            "compile_error",
+            "is not a port",
+        ),
+        (
+            "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n  initial $finish;\nendmodule",
+            "no_samples",
+            "0 mismatches in 0 samples",
+        ),
+        (
+            "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n"
+            '  initial repeat (100000) $display("spam spam spam spam spam spam spam spam spam spam");\nendmodule',
+            "runtime_error",
+            "output over the limit",
+        ),
+        (
+            "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\n"
+            '  initial $display("Mismatches: 0 in 5 samples");\nendmodule',
+            "runtime_error",
+            "want exactly one",
+        ),
+        ("I cannot write Verilog, but here is an adder: y = a + b.", "no_module", "no `module"),
+    ],
+)
 def test_each_failure_has_its_own_outcome(adder8, completion, outcome, detail):
     r = evaluate.simulate(adder8, completion, evaluate.SimConfig(max_output_bytes=64 << 10))
     assert (r.outcome, r.passed) == (outcome, False), r
@@ -74,13 +107,16 @@ def test_a_pool_keeps_order_and_outcomes(adder8):
     assert sorted(seen) == list(range(12))
 
 
-@pytest.mark.parametrize("completion", [
-    "```verilog\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\n```\nDone.",
-    "Here it is:\n```systemverilog\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule",
-    "Sure, the module:\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\nHope it helps",
-    "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule<turn|>module junk(",
-    "```\nnot code\n```\n```sv\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\n```",
-])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "```verilog\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\n```\nDone.",
+        "Here it is:\n```systemverilog\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule",
+        "Sure, the module:\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\nHope it helps",
+        "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule<turn|>module junk(",
+        "```\nnot code\n```\n```sv\nmodule add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule\n```",
+    ],
+)
 def test_module_is_extracted_from_fences_prose_and_truncated_fences(adder8, completion):
     code = evaluate.extract_module(completion)
     assert code == adder8.answer + "\n"
@@ -88,8 +124,10 @@ def test_module_is_extracted_from_fences_prose_and_truncated_fences(adder8, comp
 
 
 def test_extraction_keeps_helper_modules_and_unfinished_code():
-    two = "module half(input a, output y); assign y = a; endmodule\nmodule top(input a, output y);\n" \
-          "  half h(.a(a), .y(y));\nendmodule\nThat is all."
+    two = (
+        "module half(input a, output y); assign y = a; endmodule\nmodule top(input a, output y);\n"
+        "  half h(.a(a), .y(y));\nendmodule\nThat is all."
+    )
     assert evaluate.extract_module(two) == two.removesuffix("\nThat is all.") + "\n"
     cut = "```verilog\nmodule top(input a, output y);\n  assign y ="
     assert evaluate.extract_module(cut) == "module top(input a, output y);\n  assign y =\n"

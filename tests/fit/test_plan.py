@@ -7,8 +7,12 @@ import pytest
 from cookbook import fit, lora
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
-TINY = dict(model_preset="tiny", batch_size=4, seq_len=1024,
-            lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"))
+TINY = dict(
+    model_preset="tiny",
+    batch_size=4,
+    seq_len=1024,
+    lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,8 @@ def test_the_compilers_step_estimate_and_its_cost(plans):
         price = core.get_price("tpu-v5p-8").usd_per_hour
         assert r.usd_per_million_tokens() == pytest.approx(price / 3600 / r.estimated_tokens_per_s * 1e6)
         assert r.usd_per_million_tokens(overrides={"tpu-v5p-8": 2 * price}) == pytest.approx(
-            2 * r.usd_per_million_tokens())
+            2 * r.usd_per_million_tokens()
+        )
     # Recomputing activations costs time in the compiler's estimate too.
     assert dec.compiler_step_s > none.compiler_step_s
     # libtpu's deviceless cost model answers a negative step time for some layouts (this one, and
@@ -109,12 +114,22 @@ def test_activation_sharding_needs_the_patch():
 @pytest.mark.jax_only
 def test_wrong_layouts_are_refused_before_compiling():
     with pytest.raises(ValueError, match="fsdp=4 does not divide batch = 2"):
-        fit.plan(fit.PlanConfig(model_preset="tiny", slice_name="v6e-8", mesh_fsdp=4, mesh_tp=2, batch_size=2, seq_len=64))
+        fit.plan(
+            fit.PlanConfig(model_preset="tiny", slice_name="v6e-8", mesh_fsdp=4, mesh_tp=2, batch_size=2, seq_len=64)
+        )
     with pytest.raises(ValueError, match="tp=8 does not divide global KV heads = 4"):
         fit.plan(fit.PlanConfig(model_preset="gemma4_31b", slice_name="v6e-8", mesh_fsdp=1, mesh_tp=8, batch_size=1))
     with pytest.raises(ValueError, match="multiple of flash_block"):
-        fit.plan(fit.PlanConfig(model_preset="tiny", slice_name="v5p-8", flash_attention=True, flash_block=512, seq_len=768,
-                                batch_size=2))
+        fit.plan(
+            fit.PlanConfig(
+                model_preset="tiny",
+                slice_name="v5p-8",
+                flash_attention=True,
+                flash_block=512,
+                seq_len=768,
+                batch_size=2,
+            )
+        )
     with pytest.raises(ValueError, match="unknown TPU slice"):
         fit.tpu_devices("v9-8")
 
@@ -133,8 +148,23 @@ def test_cli_prints_the_plan(plans, capsys):
     from cookbook import harness
 
     rc = harness.main(
-        ["plan", "--preset", "tiny", "--slice", "v5p-8", "--seq-len", "1024", "--batch", "4", "--remat", "decoder",
-         "--rank", "8", "--alpha", "16"]
+        [
+            "plan",
+            "--preset",
+            "tiny",
+            "--slice",
+            "v5p-8",
+            "--seq-len",
+            "1024",
+            "--batch",
+            "4",
+            "--remat",
+            "decoder",
+            "--rank",
+            "8",
+            "--alpha",
+            "16",
+        ]
     )
     out = capsys.readouterr().out
     assert rc == 0
@@ -155,24 +185,53 @@ def test_recommended_training_is_the_committed_pick_and_the_31b_train_preset_run
     c = picked.plan_config
     assert (rec["mesh_fsdp"], rec["mesh_tp"]) == (picked.fsdp, picked.tp)
     assert (rec["batch_size"], rec["seq_len"], rec["remat"], rec["flash_attention"], rec["flash_block"]) == (
-        c.batch_size, c.seq_len, c.remat, c.flash_attention, c.flash_block)
+        c.batch_size,
+        c.seq_len,
+        c.remat,
+        c.flash_attention,
+        c.flash_block,
+    )
     # The drift bug: the 31B training recipe must run exactly the layout that was fit-checked.
     t = train.train_preset("gemma4_31b")
     assert fit.PlanConfig.from_train_config(t, rec["slice"]).replace(mfu=c.mfu, lora=c.lora) == c.replace(
-        mesh_fsdp=picked.fsdp, mesh_tp=picked.tp, param_dtype="bfloat16", learning_rate=t.learning_rate,
-        weight_decay=t.weight_decay, num_layers=None)
+        mesh_fsdp=picked.fsdp,
+        mesh_tp=picked.tp,
+        param_dtype="bfloat16",
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        num_layers=None,
+    )
     with pytest.raises(ValueError, match="no committed planner results for preset 'tiny'"):
         fit.recommended_training("tiny")
 
 
 @pytest.mark.jax_only
 def test_plan_config_reads_legacy_reports_and_round_trips():
-    legacy = {"preset": "gemma4_31b", "slice_name": "v5p-8", "fsdp": 1, "tp": 4, "batch": 2, "seq_len": 4096,
-              "remat": "none", "flash": True, "block": 512, "lora_rank": 64, "lora_alpha": 64.0,
-              "lora_targets": "all-linear", "dtype": None, "learning_rate": 1e-4}
+    legacy = {
+        "preset": "gemma4_31b",
+        "slice_name": "v5p-8",
+        "fsdp": 1,
+        "tp": 4,
+        "batch": 2,
+        "seq_len": 4096,
+        "remat": "none",
+        "flash": True,
+        "block": 512,
+        "lora_rank": 64,
+        "lora_alpha": 64.0,
+        "lora_targets": "all-linear",
+        "dtype": None,
+        "learning_rate": 1e-4,
+    }
     c = fit.PlanConfig.from_dict(legacy)
     assert (c.model_preset, c.mesh_tp, c.batch_size, c.flash_attention, c.flash_block, c.lora.rank) == (
-        "gemma4_31b", 4, 2, True, 512, 64)
+        "gemma4_31b",
+        4,
+        2,
+        True,
+        512,
+        64,
+    )
     assert fit.PlanConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ValueError, match="unknown PlanConfig fields"):
         fit.PlanConfig.from_dict({"presett": "tiny"})
@@ -197,4 +256,3 @@ def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
     assert core.cache_root() == core.DEFAULT_CACHE
     path = fit.plan_cache_path(fit.PlanConfig(**TINY))
     assert path.is_relative_to(core.cache_root()) and models.default_base_dir("tiny").is_relative_to(core.cache_root())
-

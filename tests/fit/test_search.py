@@ -11,10 +11,15 @@ from cookbook.fit import _search
 
 # Small enough to compile in seconds; the CLI test below asks for the same configs (cached). No
 # remat: the search logic is the same, and a 6-layer compile takes 8 CPU-seconds instead of 13.
-BASE = fit.PlanConfig(model_preset="tiny", seq_len=256, remat="none",
-                      lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"))
-SPACE = fit.SearchSpace(meshes=((2, 2), (4, 1)), remats=("none",), attentions=("dense", "splash128", "splash100"),
-                        grow_batch=1)
+BASE = fit.PlanConfig(
+    model_preset="tiny",
+    seq_len=256,
+    remat="none",
+    lora=lora.LoraConfig(rank=8, alpha=16.0, dropout=0.0, targets="all-linear"),
+)
+SPACE = fit.SearchSpace(
+    meshes=((2, 2), (4, 1)), remats=("none",), attentions=("dense", "splash128", "splash100"), grow_batch=1
+)
 
 
 def test_candidates_are_the_product_of_the_space_and_refuse_bad_meshes():
@@ -47,8 +52,7 @@ def test_an_extrapolated_layout_agrees_with_its_full_depth_compile():
     assert extrapolated.extrapolated_from == (6, 12) and full.extrapolated_from is None
     # What is linear in depth by construction (one LoRA pair per projection per layer, the same
     # stored state per layer) comes out exact.
-    assert extrapolated.lora_params == full.lora_params == lora.expected_lora_params(
-        fit.preset_for(config), BASE.lora)
+    assert extrapolated.lora_params == full.lora_params == lora.expected_lora_params(fit.preset_for(config), BASE.lora)
     assert extrapolated.argument_bytes == pytest.approx(full.argument_bytes, rel=1e-3)
     assert extrapolated.flops_per_chip == pytest.approx(full.flops_per_chip, rel=1e-3)
     # The control: scaling one 6-layer probe by depth misses the fixed part (embedding, logits).
@@ -84,7 +88,10 @@ def test_the_search_ranks_by_the_compilers_estimate_and_says_what_it_dropped(tin
     best_of_grid = max((n for n in grid if n in res.ranked), key=lambda n: res.reports[n].estimated_tokens_per_s)
     grown = res.reports[extra[0]].plan_config
     assert (grown.mesh_fsdp, grown.mesh_tp, grown.batch_size) == (
-        grid[best_of_grid].mesh_fsdp, grid[best_of_grid].mesh_tp, 2 * grid[best_of_grid].batch_size)
+        grid[best_of_grid].mesh_fsdp,
+        grid[best_of_grid].mesh_tp,
+        2 * grid[best_of_grid].batch_size,
+    )
     rows = res.rows()
     assert [row["rank"] for row in rows[:5]] == [1, 2, 3, 4, 5] and all(row["rank"] == "-" for row in rows[5:])
     assert rows[0]["$/1M tokens"] == pytest.approx(res.reports[res.ranked[0]].usd_per_million_tokens(), rel=1e-2)
@@ -116,7 +123,9 @@ def test_the_splash_kernels_are_invisible_to_the_compiler_and_the_planner_adds_t
     assert 0.95 * dense_attn < gap < dense_attn + 0.5 * splash_attn, (gap, dense_attn, splash_attn)
     assert splash.kernel_flops_per_chip == pytest.approx(splash_attn) and dense.kernel_flops_per_chip == 0
     assert splash.step_flops_per_chip == pytest.approx(splash.flops_per_chip + splash_attn)
-    assert splash.estimated_step_s >= splash.flop_floor_s == pytest.approx(splash.step_flops_per_chip / splash.peak_flops)
+    assert (
+        splash.estimated_step_s >= splash.flop_floor_s == pytest.approx(splash.step_flops_per_chip / splash.peak_flops)
+    )
     assert _kernels.visible_blocks(256, 128, None) == 3 and _kernels.visible_blocks(4096, 512, None) == 36
     assert _kernels.visible_blocks(4096, 512, 1024) == 8 + 7 + 6  # diagonal, one and two blocks back
 
@@ -142,18 +151,30 @@ def _report(slice_name: str, tokens_per_s: float, gib: float = 10.0) -> fit.Plan
 
     chip = core.get_slice(slice_name).chip
     tokens = 4096
-    return fit.PlanReport(config=fit.PlanConfig(model_preset="gemma4_31b", slice_name=slice_name).to_dict(),
-                          compiles=True, fsdp=1, tp=4, chips=4, hbm_bytes=float(chip.hbm_bytes),
-                          peak_flops=chip.bf16_flops, total_bytes=int(gib * 2**30), flops_per_chip=1e9,
-                          tokens_per_step=tokens, compiler_step_s=tokens / tokens_per_s)
+    return fit.PlanReport(
+        config=fit.PlanConfig(model_preset="gemma4_31b", slice_name=slice_name).to_dict(),
+        compiles=True,
+        fsdp=1,
+        tp=4,
+        chips=4,
+        hbm_bytes=float(chip.hbm_bytes),
+        peak_flops=chip.bf16_flops,
+        total_bytes=int(gib * 2**30),
+        flops_per_chip=1e9,
+        tokens_per_step=tokens,
+        compiler_step_s=tokens / tokens_per_s,
+    )
 
 
 def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get_a_break_even():
     from cookbook import core
 
-    results = [fit.SearchResult(preset="gemma4_31b", slice_name=s, spaces=(fit.SearchSpace(),),
-                                reports={f"{s}/x": _report(s, tps)})
-               for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0), ("v5e-8", 800.0))]
+    results = [
+        fit.SearchResult(
+            preset="gemma4_31b", slice_name=s, spaces=(fit.SearchSpace(),), reports={f"{s}/x": _report(s, tps)}
+        )
+        for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0), ("v5e-8", 800.0))
+    ]
     out = fit.cheapest(results)
     cost = {r["slice"]: r["usd_per_million_tokens"] for r in out["slices"]}
     for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0)):
@@ -174,9 +195,30 @@ def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get
 @pytest.mark.slow
 def test_cli_search_prints_the_ranked_table_and_writes_json(tiny_search, tmp_path, capsys):
     out = tmp_path / "search.json"
-    args = ["plan", "--search", "--preset", "tiny", "--slice", "v5p-8", "--meshes", "2x2,4x1", "--remats", "none",
-            "--attentions", "dense", "--grow-batch", "0", "--seq-len", "256", "--rank", "8", "--alpha", "16",
-            "--json", str(out)]
+    args = [
+        "plan",
+        "--search",
+        "--preset",
+        "tiny",
+        "--slice",
+        "v5p-8",
+        "--meshes",
+        "2x2,4x1",
+        "--remats",
+        "none",
+        "--attentions",
+        "dense",
+        "--grow-batch",
+        "0",
+        "--seq-len",
+        "256",
+        "--rank",
+        "8",
+        "--alpha",
+        "16",
+        "--json",
+        str(out),
+    ]
     assert harness.main(args) == 0
     text = capsys.readouterr().out
     assert "ranked by the compiler's estimate" in text and "v5p-8/2x2/b2/none/dense" in text
@@ -187,14 +229,17 @@ def test_cli_search_prints_the_ranked_table_and_writes_json(tiny_search, tmp_pat
     assert data["versions"]["libtpu"] and data["cheapest"]["winner"]["slice"] == "v5p-8"
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--meshes", "3x"], "--meshes '3x': write FSDPxTP shapes"),
-    (["--meshes", "1x4"], "tp=4 does not divide"),
-    (["--attentions", "flash"], "attention 'flash'"),
-    (["--quantizes", "nf2"], "'nf2' is not one of none, nf4, int8, fp8"),
-    (["--cheapest", "--slices", "v9-8"], "unknown TPU slice 'v9-8'"),
-    (["--price", "tpu-v5e-8=cheap"], "is not a number"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--meshes", "3x"], "--meshes '3x': write FSDPxTP shapes"),
+        (["--meshes", "1x4"], "tp=4 does not divide"),
+        (["--attentions", "flash"], "attention 'flash'"),
+        (["--quantizes", "nf2"], "'nf2' is not one of none, nf4, int8, fp8"),
+        (["--cheapest", "--slices", "v9-8"], "unknown TPU slice 'v9-8'"),
+        (["--price", "tpu-v5e-8=cheap"], "is not a number"),
+    ],
+)
 def test_cli_search_bad_input_is_one_line_naming_the_fix(flags, message, capsys):
     flag = [] if "--cheapest" in flags else ["--search"]
     assert harness.main(["plan", *flag, "--preset", "tiny", *flags]) == 2
@@ -249,14 +294,23 @@ def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
     _check_extrapolation(data["validation"])
     # The compiler's own step time, where the full-depth compile has one (v5p-8): measured -9.8%
     # (the probes' figure is optimistic); 0.2 allows twice that.
-    step_errors = [v["compiler_step_s"]["relative_error"] for v in data["validation"]
-                   if v["compiler_step_s"]["relative_error"] is not None]
+    step_errors = [
+        v["compiler_step_s"]["relative_error"]
+        for v in data["validation"]
+        if v["compiler_step_s"]["relative_error"] is not None
+    ]
     assert step_errors and all(abs(e) < 0.2 for e in step_errors)
     # The 31B training recipe runs the v5p-8 recommendation.
     rec = data["recommended"]["v5p-8"]
     t = train.train_preset("gemma4_31b")
     assert (t.mesh_fsdp, t.mesh_tp, t.data.batch_size, t.remat, t.flash_attention, t.flash_block) == (
-        rec["mesh_fsdp"], rec["mesh_tp"], rec["batch_size"], rec["remat"], rec["flash_attention"], rec["flash_block"])
+        rec["mesh_fsdp"],
+        rec["mesh_tp"],
+        rec["batch_size"],
+        rec["remat"],
+        rec["flash_attention"],
+        rec["flash_block"],
+    )
 
 
 @pytest.mark.parametrize("preset", ["gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b"])
@@ -301,8 +355,8 @@ def test_the_committed_search_of_each_other_size_is_ranked_checked_and_what_trai
     picked = fit.report_from_dict(data["results"][rec["from"]])
     t = train.train_preset(preset)
     assert fit.PlanConfig.from_train_config(t, rec["slice"]).replace(
-        mfu=picked.plan_config.mfu, lora=picked.plan_config.lora) == picked.plan_config.replace(
-        mesh_fsdp=picked.fsdp, mesh_tp=picked.tp, param_dtype="bfloat16")
+        mfu=picked.plan_config.mfu, lora=picked.plan_config.lora
+    ) == picked.plan_config.replace(mesh_fsdp=picked.fsdp, mesh_tp=picked.tp, param_dtype="bfloat16")
 
 
 def test_the_family_table_has_every_size_and_slice_and_says_what_fits_where_nothing_does():
@@ -329,7 +383,9 @@ def test_the_26b_extrapolation_is_checked_against_a_full_depth_compile():
     FULL_DEPTH_CHECKS names the layout compiled at full depth to check it)."""
     data = fit.load_plan_results("gemma4_26b_a4b")
     if not data.get("validation"):
-        pytest.skip("the full-depth 26B-A4B check is not compiled yet: benchmarks/plan_search.py --preset gemma4_26b_a4b")
+        pytest.skip(
+            "the full-depth 26B-A4B check is not compiled yet: benchmarks/plan_search.py --preset gemma4_26b_a4b"
+        )
     _check_extrapolation(data["validation"])
 
 
@@ -351,14 +407,19 @@ def test_every_released_size_shows_its_training_config_with_no_weights_and_no_tp
     assert shown == train.train_preset(preset).to_dict() and shown["model_preset"] == preset
     rec = fit.recommended_training(preset)
     assert (shown["mesh_fsdp"], shown["mesh_tp"], shown["data"]["batch_size"], shown["remat"]) == (
-        rec["mesh_fsdp"], rec["mesh_tp"], rec["batch_size"], rec["remat"])
+        rec["mesh_fsdp"],
+        rec["mesh_tp"],
+        rec["batch_size"],
+        rec["remat"],
+    )
     assert shown["data"]["batch_size"] * shown["grad_accum_steps"] == 8  # the paper's 8 sequences per step
 
 
 def test_the_family_table_has_every_size_on_every_slice_and_says_what_would_fit():
     rows = fit.family_table()
     assert {(r["preset"], r["slice"]) for r in rows} == {
-        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES}
+        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES
+    }
     for r in rows:
         rec = fit.load_plan_results(r["preset"])["recommended"].get(r["slice"])
         assert r["fits"] == (rec is not None) or (r["fits"] is None and rec is None)

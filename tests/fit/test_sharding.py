@@ -22,7 +22,9 @@ def lora_model(tiny_base, mesh_4x2):
     from cookbook import lora, models
 
     model = models.load_tunix_model(tiny_base, "tiny", mesh=mesh_4x2)
-    return lora.apply_lora(model, lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"), preset="tiny", mesh=mesh_4x2)
+    return lora.apply_lora(
+        model, lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"), preset="tiny", mesh=mesh_4x2
+    )
 
 
 def _shard_shape(var):

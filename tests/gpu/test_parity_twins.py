@@ -15,9 +15,20 @@ def test_same_loss_gradients_and_adamw_steps_on_the_twin(name, tmp_path):
     from cookbook.gpu import _parity_parts
 
     r = gpu.run_parity(config=_parity_parts.parity_train_config(model_preset=name), work_dir=tmp_path)
-    print(name, {k: r.as_dict()[k] for k in ("initial_loss_diff", "loss_float32_floor", "grad_rel_err",
-                                               "grad_float32_floor", "max_step_loss_diff",
-                                               "control_max_step_loss_diff")})
+    print(
+        name,
+        {
+            k: r.as_dict()[k]
+            for k in (
+                "initial_loss_diff",
+                "loss_float32_floor",
+                "grad_rel_err",
+                "grad_float32_floor",
+                "max_step_loss_diff",
+                "control_max_step_loss_diff",
+            )
+        },
+    )
     assert r.tokens_equal and r.masks_equal
     # One lora_A for K and V on the layers with K/V of their own (5 of the twin's layers: E2B's
     # last 5 share K/V, 26B-A4B's sixth is its K = V global layer).

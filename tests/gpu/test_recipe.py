@@ -117,7 +117,11 @@ def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
 
     paths = gpu.write_gpu_recipe(tmp_path, config=train.train_preset("gemma4_31b"))
     assert {p.name for p in tmp_path.iterdir()} >= {
-        "sft_config.json", "lora_config.json", "recipe.json", "fsdp_config.yaml", "train_gpu.py"
+        "sft_config.json",
+        "lora_config.json",
+        "recipe.json",
+        "fsdp_config.yaml",
+        "train_gpu.py",
     }
     sft = SFTConfig(**{**json.loads(paths["sft_config.json"].read_text()), "use_cpu": True,
                        "output_dir": str(tmp_path / "out")})  # fmt: skip
@@ -161,30 +165,71 @@ def test_cli_refuses_a_foreign_or_earlier_out_unless_it_wrote_it(tmp_path, capsy
     (out / "run").mkdir()
     (out / "run" / "adapter.safetensors").write_text("trained")
     assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out), "--overwrite"]) == 0
-    assert (out / "README.md").read_text().startswith("# GPU baseline") and (out / "run" / "adapter.safetensors").is_file()
+    assert (out / "README.md").read_text().startswith("# GPU baseline") and (
+        out / "run" / "adapter.safetensors"
+    ).is_file()
 
 
-_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 THINKING_AND_TOOL_ROWS = [
-    {"messages": [{"role": "system", "content": "Think first."}, {"role": "user", "content": "An inverter?"},
-                  {"role": "assistant", "reasoning_content": "One NOT gate.", "content": "module inv; endmodule"}]},
-    {"tools": [_WEATHER], "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning": "Ask the tool.", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
-        {"role": "tool", "content": {"temp": 21}},
-        {"role": "assistant", "content": "Paris 18 C, Rome 21 C."}]},
-    {"tools": json.dumps([_WEATHER["function"]]), "messages": [
-        {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "model", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}]},
-    {"system": "You write Verilog.", "prompt": "A buffer.", "response": "<think>\nWire it.\n</think>\n\nmodule b; endmodule"},
+    {
+        "messages": [
+            {"role": "system", "content": "Think first."},
+            {"role": "user", "content": "An inverter?"},
+            {"role": "assistant", "reasoning_content": "One NOT gate.", "content": "module inv; endmodule"},
+        ]
+    },
+    {
+        "tools": [_WEATHER],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning": "Ask the tool.",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    },
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+            {"role": "tool", "content": {"temp": 21}},
+            {"role": "assistant", "content": "Paris 18 C, Rome 21 C."},
+        ],
+    },
+    {
+        "tools": json.dumps([_WEATHER["function"]]),
+        "messages": [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "model", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        ],
+    },
+    {
+        "system": "You write Verilog.",
+        "prompt": "A buffer.",
+        "response": "<think>\nWire it.\n</think>\n\nmodule b; endmodule",
+    },
     {"prompt": "A buffer.", "response": "Wire it.</think>module b; endmodule"},
     {"instruction": "A buffer", "input": "of 1 bit.", "output": "<think>Wire.</think>module b; endmodule"},
-    {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "<think>greet</think>hello"},
-                       {"from": "human", "value": "again"}, {"from": "gpt", "value": "hello again"}]},
+    {
+        "conversations": [
+            {"from": "human", "value": "hi"},
+            {"from": "gpt", "value": "<think>greet</think>hello"},
+            {"from": "human", "value": "again"},
+            {"from": "gpt", "value": "hello again"},
+        ]
+    },
 ]
 
 
@@ -362,7 +407,9 @@ def test_a_qlora_run_gets_bitsandbytes_nf4_and_fp8_is_refused():
     recipe = gpu.derive_gpu_recipe(base.replace(quantize="nf4", quant_tile=128))
     q = recipe.quantization
     assert q["load_in_4bit"] and q["bnb_4bit_quant_type"] == "nf4" and q["bnb_4bit_quant_storage"] == "bfloat16"
-    bnb = BitsAndBytesConfig(**{k: getattr(torch, v) if k.endswith(("_dtype", "_storage")) else v for k, v in q.items()})
+    bnb = BitsAndBytesConfig(
+        **{k: getattr(torch, v) if k.endswith(("_dtype", "_storage")) else v for k, v in q.items()}
+    )
     assert bnb.load_in_4bit and bnb.bnb_4bit_compute_dtype == torch.bfloat16
     assert recipe.recipe_json()["quantization"] == q and any("blocks of 64" in n for n in recipe.notes)
     assert gpu.derive_gpu_recipe(base).quantization is None

@@ -18,10 +18,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # Set by scripts/run_tests.sh or tests/conftest.py for the test session, not by a user.
-SESSION_ONLY = ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_TARGET_DEVICE", "COOKBOOK_CACHE", "COOKBOOK_RUN_DIR",
-                "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE",  # the suite's compiled steps
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
+SESSION_ONLY = (
+    "XLA_FLAGS",
+    "JAX_PLATFORMS",
+    "VLLM_TARGET_DEVICE",
+    "COOKBOOK_CACHE",
+    "COOKBOOK_RUN_DIR",
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_COMPILATION_CACHE_MAX_SIZE",  # the suite's compiled steps
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "TOKENIZERS_PARALLELISM",
+    "PYTEST_CURRENT_TEST",
+    "PYTEST_VERSION",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +57,14 @@ def fresh_demo(tmp_path_factory) -> DemoRun:
     env["COOKBOOK_CACHE"] = str(tmp / "cache")  # a fresh machine's empty cache
     runs = tmp / "runs"
     t0 = time.perf_counter()
-    done = subprocess.run(["make", "demo", f"ARGS=--runs {runs}"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=40 * 60)
+    done = subprocess.run(
+        ["make", "demo", f"ARGS=--runs {runs}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=40 * 60
+    )
     latest = runs / "latest"
-    return DemoRun(run_dir=latest.resolve() if latest.exists() else latest, returncode=done.returncode,
-                   stdout=done.stdout, stderr=done.stderr, wall_s=time.perf_counter() - t0)
+    return DemoRun(
+        run_dir=latest.resolve() if latest.exists() else latest,
+        returncode=done.returncode,
+        stdout=done.stdout,
+        stderr=done.stderr,
+        wall_s=time.perf_counter() - t0,
+    )

@@ -33,7 +33,6 @@ ARTIFACTS = Path(os.environ.get("COOKBOOK_TEST_ARTIFACTS", REPO / "runs" / "test
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-
 @pytest.fixture(scope="session", autouse=True)
 def chromium() -> str:
     """Chromium, or a failure under CI / a skip elsewhere (browser.require_chromium). Session-scoped
@@ -126,18 +125,41 @@ def test_notebook_06_form_in_jupyterlab(tmp_path):
     token, port = secrets.token_hex(16), _free_port()
     base = f"http://127.0.0.1:{port}"
     runtime = tmp_path / "runtime"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTER_RUNTIME_DIR": str(runtime),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "IPYTHONDIR": str(tmp_path / "ipython"),
-           "COOKBOOK_RUN_DIR": str(tmp_path / "run"), "JUPYTER_PLATFORM_DIRS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "COOKBOOK_RUN_DIR": str(tmp_path / "run"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = (ARTIFACTS / "jupyterlab.log").open("w")
     # No update checks, news feed or extension index: nothing leaves the machine.
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={nb_dir}", "--LabApp.expose_app_in_browser=True",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly", *(["--allow-root"] if os.geteuid() == 0 else [])],
-        cwd=nb_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={nb_dir}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        cwd=nb_dir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     kernel_pid = None
     try:
         _wait_http(f"{base}/api/status?token={token}", 120, server)
@@ -148,18 +170,28 @@ def test_notebook_06_form_in_jupyterlab(tmp_path):
             assert b.navigate(f"{base}/lab/tree/06_train.ipynb?token={token}") is None
             panel = "jupyterapp.shell.currentWidget"
             kernel = f"{panel}.sessionContext.session.kernel"
-            b.wait_for(f"""window.jupyterapp && {panel} && {panel}.content
+            b.wait_for(
+                f"""window.jupyterapp && {panel} && {panel}.content
                            && {panel}.content.widgets.length === {len(nb.cells)} && {panel}.sessionContext.session
                            && {kernel} && {kernel}.status === 'idle'""",
-                       timeout_s=240, what="notebook 06 open with an idle kernel")
+                timeout_s=240,
+                what="notebook 06 open with an idle kernel",
+            )
             for i in to_run:  # select the cell, then Shift+Enter on the keyboard
-                b.evaluate(f"(() => {{ const n = {panel}.content; n.mode = 'command'; n.activeCellIndex = {i};"
-                           " n.node.focus(); return true; })()")
+                b.evaluate(
+                    f"(() => {{ const n = {panel}.content; n.mode = 'command'; n.activeCellIndex = {i};"
+                    " n.node.focus(); return true; })()"
+                )
                 b.press("Enter", shift=True)
-                b.wait_for(f"{panel}.content.widgets[{i}].model.executionCount !== null && {kernel}.status === 'idle'",
-                           timeout_s=300, what=f"cell {i} to run")
-                errors = b.evaluate(f"{panel}.content.widgets[{i}].model.outputs.toJSON()"
-                                    ".filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue)")
+                b.wait_for(
+                    f"{panel}.content.widgets[{i}].model.executionCount !== null && {kernel}.status === 'idle'",
+                    timeout_s=300,
+                    what=f"cell {i} to run",
+                )
+                errors = b.evaluate(
+                    f"{panel}.content.widgets[{i}].model.outputs.toJSON()"
+                    ".filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue)"
+                )
                 assert not errors, (i, errors)
             rows = f"[...{panel}.content.widgets[{form}].node.querySelectorAll('.widget-vbox .widget-inline-hbox')]"
             b.wait_for(f"{rows}.length > 0", timeout_s=60, what="the form to render")

@@ -15,7 +15,21 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 # The recipe's commands, in recipe order.
 COMMANDS = ["base", "data", "plan", "train", "merge", "serve", "bench", "eval", "gpu-recipe", "cost", "demo", "launch"]
-STAGES = ("core", "models", "mesh", "lora", "fit", "data", "train", "gpu", "merge", "serve", "evaluate", "cost", "harness")
+STAGES = (
+    "core",
+    "models",
+    "mesh",
+    "lora",
+    "fit",
+    "data",
+    "train",
+    "gpu",
+    "merge",
+    "serve",
+    "evaluate",
+    "cost",
+    "harness",
+)
 
 
 def _listed(help_text: str) -> list[str]:
@@ -63,17 +77,18 @@ def test_building_a_parser_imports_no_heavy_library():
         "    out[command] = [m for m in heavy if m in sys.modules]\n"
         "print(json.dumps(out))\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {c: [] for c in COMMANDS}
 
 
 def test_python_dash_m_cookbook_is_the_same_command_line():
-    run = subprocess.run([sys.executable, "-m", "cookbook"], cwd=REPO, env=ENV, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "cookbook"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert _listed(run.stdout) == COMMANDS
-    bad = subprocess.run([sys.executable, "-m", "cookbook", "nope"], cwd=REPO, env=ENV, capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cookbook", "nope"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "unknown command 'nope'" in bad.stderr

@@ -68,43 +68,73 @@ def bad_index_base(tiny_base, tmp_path_factory) -> Path:
 
 # (id, argv with {tmp} / {bad_base} / {closed} / {keyed} placeholders, what the line must say)
 CASES = [
-    ("base-hub-unreachable", ["base", "--preset", "gemma4_e2b", "--out", "{tmp}/e2b"],
-     ["HF_TOKEN", "licence", "huggingface.co/google/gemma-4-E2B-it", "--base DIR"]),
+    (
+        "base-hub-unreachable",
+        ["base", "--preset", "gemma4_e2b", "--out", "{tmp}/e2b"],
+        ["HF_TOKEN", "licence", "huggingface.co/google/gemma-4-E2B-it", "--base DIR"],
+    ),
     ("base-unknown-preset", ["base", "--preset", "gemma5"], ["invalid choice", "--help"]),
     ("base-foreign-dir", ["base", "--out", "{tmp}"], ["refusing to overwrite", "another --out"]),
     ("plan-unknown-preset", ["plan", "--preset", "gemma5"], ["Choose one of", "tiny"]),
     ("plan-unknown-slice", ["plan", "--slice", "v9-8"], ["unknown TPU slice", "v5p-8"]),
-    ("train-missing-data", ["train", "--data", "{tmp}/missing.jsonl", "--out", "{tmp}/run"],
-     ["--data", "no such file", ".jsonl"]),
-    ("train-real-base-unreachable", ["train", "--preset", "gemma4_31b", "--no-flash", "--out", "{tmp}/run31"],
-     ["HF_TOKEN", "licence", "--base DIR"]),
+    (
+        "train-missing-data",
+        ["train", "--data", "{tmp}/missing.jsonl", "--out", "{tmp}/run"],
+        ["--data", "no such file", ".jsonl"],
+    ),
+    (
+        "train-real-base-unreachable",
+        ["train", "--preset", "gemma4_31b", "--no-flash", "--out", "{tmp}/run31"],
+        ["HF_TOKEN", "licence", "--base DIR"],
+    ),
     ("train-bad-mesh", ["train", "--mesh", "four", "--out", "{tmp}/run"], ["FSDPxTP", "1x4"]),
     ("train-unknown-flag", ["train", "--bogus"], ["unrecognized arguments", "cookbook train --help"]),
-    ("merge-index-outside", ["merge", "--lora", "{tmp}/run", "--base", "{bad_base}", "--out", "{tmp}/m"],
-     ["points outside the checkpoint", "cookbook base"]),
-    ("merge-no-checkpoint", ["merge", "--lora", "{tmp}/run", "--out", "{tmp}/m"],
-     ["No Orbax LoRA checkpoint", "cookbook train"]),
+    (
+        "merge-index-outside",
+        ["merge", "--lora", "{tmp}/run", "--base", "{bad_base}", "--out", "{tmp}/m"],
+        ["points outside the checkpoint", "cookbook base"],
+    ),
+    (
+        "merge-no-checkpoint",
+        ["merge", "--lora", "{tmp}/run", "--out", "{tmp}/m"],
+        ["No Orbax LoRA checkpoint", "cookbook train"],
+    ),
     ("merge-missing-flag", ["merge", "--out", "{tmp}/m"], ["--lora", "required"]),
     ("serve-missing-dir", ["serve", "{tmp}/nothing"], ["does not exist", "checkpoint directory"]),
     ("serve-bad-lora", ["serve", "{tmp}", "--lora", "adapter-without-name"], ["NAME=DIR"]),
     ("serve-tpu-unknown-preset", ["serve", "{tmp}", "--tpu", "--preset", "gemma5"], ["Choose one of"]),
     ("bench-unreachable", ["bench", "--base-url", "{closed}", "--model", "m"], ["cannot reach", "cookbook serve"]),
     ("bench-not-a-url", ["bench", "--base-url", "localhost:8000", "--model", "m"], ["http://127.0.0.1:8000/v1"]),
-    ("bench-key-refused", ["bench", "--base-url", "{keyed}", "--model", "m", "--api-key-env", "VLLM_API_KEY"],
-     ["wants an API key", "--api-key-env"]),
-    ("bench-key-unset", ["bench", "--base-url", "{keyed}", "--model", "m", "--api-key-env", "NO_SUCH_KEY_VAR"],
-     ["NO_SUCH_KEY_VAR", "not set"]),
-    ("eval-missing-problems", ["eval", "--problems", "{tmp}/none", "--completions", "{tmp}/c.jsonl"],
-     ["does not exist", "ProbNNN_name_prompt.txt"]),
+    (
+        "bench-key-refused",
+        ["bench", "--base-url", "{keyed}", "--model", "m", "--api-key-env", "VLLM_API_KEY"],
+        ["wants an API key", "--api-key-env"],
+    ),
+    (
+        "bench-key-unset",
+        ["bench", "--base-url", "{keyed}", "--model", "m", "--api-key-env", "NO_SUCH_KEY_VAR"],
+        ["NO_SUCH_KEY_VAR", "not set"],
+    ),
+    (
+        "eval-missing-problems",
+        ["eval", "--problems", "{tmp}/none", "--completions", "{tmp}/c.jsonl"],
+        ["does not exist", "ProbNNN_name_prompt.txt"],
+    ),
     ("eval-no-problems-flag", ["eval", "--completions", "{tmp}/c.jsonl"], ["--problems DIR", "--write-sample-task"]),
     ("launch-no-processes", ["launch", "--processes", "0", "--", "train"], ["--processes 0", ">= 1"]),
     ("gpu-recipe-not-a-run", ["gpu-recipe", "--run", "{tmp}", "--out", "{tmp}/g"], ["recipe.json", "cookbook train"]),
     ("gpu-recipe-unknown-preset", ["gpu-recipe", "--preset", "gemma5", "--out", "{tmp}/g"], ["choose one of"]),
     ("data-missing-file", ["data", "--data", "{tmp}/rows.jsonl"], ["rows.jsonl: the file does not exist", ".jsonl"]),
-    ("data-columns-without-mapping", ["data", "--data", "{tmp}/stray.txt", "--format", "columns"],
-     ["needs a mapping", "columns=system=system,prompt=prompt,response=response"]),
-    ("data-bad-columns", ["data", "--data", "{tmp}/stray.txt", "--format", "columns", "--columns", "answer=a"],
-     ["unknown part", "system, prompt, response"]),
+    (
+        "data-columns-without-mapping",
+        ["data", "--data", "{tmp}/stray.txt", "--format", "columns"],
+        ["needs a mapping", "columns=system=system,prompt=prompt,response=response"],
+    ),
+    (
+        "data-bad-columns",
+        ["data", "--data", "{tmp}/stray.txt", "--format", "columns", "--columns", "answer=a"],
+        ["unknown part", "system, prompt, response"],
+    ),
     ("cost-bad-price", ["cost", "--price", "tpu=cheap"], ["PLATFORM[:PRICING]=USD", "tpu-v5p-8"]),
     ("cost-missing-plan", ["cost", "--plan", "{tmp}/plan.json"], ["no such file", "cookbook plan --json"]),
     ("cost-negative-hours", ["cost", "--serving-hours", "-5"], ["negative", "0 or more"]),
@@ -121,14 +151,24 @@ def test_every_subcommand_has_a_bad_input_case():
 
 @pytest.mark.parametrize(("argv", "fix"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_naming_the_fix(argv, fix, tmp_path, bad_index_base, keyed_endpoint):
-    subs = {"{tmp}": str(tmp_path), "{bad_base}": str(bad_index_base), "{keyed}": keyed_endpoint,
-            "{closed}": f"http://127.0.0.1:{_closed_port()}/v1"}
+    subs = {
+        "{tmp}": str(tmp_path),
+        "{bad_base}": str(bad_index_base),
+        "{keyed}": keyed_endpoint,
+        "{closed}": f"http://127.0.0.1:{_closed_port()}/v1",
+    }
     (tmp_path / "stray.txt").write_text("a directory that is not a checkpoint or a run\n")
     args = [subs.get(a, a.replace("{tmp}", str(tmp_path))) for a in argv]
-    env = {**os.environ, **SECRETS, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
-           "HF_HUB_ETAG_TIMEOUT": "5", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "cookbook", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        **os.environ,
+        **SECRETS,
+        "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        "HF_HUB_ETAG_TIMEOUT": "5",
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cookbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     out = done.stdout + done.stderr
     lines = [line for line in out.splitlines() if line.strip()]
     assert done.returncode != 0, out

@@ -18,8 +18,7 @@ def _notebook(path, *cells, params="X = 1  # a parameter"):
     nb = nbformat.v4.new_notebook()
     p = nbformat.v4.new_code_cell(params)
     p.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"), p,
-                *[nbformat.v4.new_code_cell(c) for c in cells]]
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"), p, *[nbformat.v4.new_code_cell(c) for c in cells]]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 
@@ -28,9 +27,10 @@ def _notebook(path, *cells, params="X = 1  # a parameter"):
 def nbdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("notebooks")
     rec = "from cookbook.harness import record\n"
-    _notebook(d / "00_hello.ipynb",
-              rec + "import os\nrecord('00_hello', x=X, loss_curve=[3.0, 2.0, 1.5, 1.2],"
-                    " cwd=os.path.basename(os.getcwd()))")
+    _notebook(
+        d / "00_hello.ipynb",
+        rec + "import os\nrecord('00_hello', x=X, loss_curve=[3.0, 2.0, 1.5, 1.2], cwd=os.path.basename(os.getcwd()))",
+    )
     _notebook(d / "01_boom.ipynb", rec + "record('01_boom', before_error=7)\nraise ValueError('boom at step 3')")
     _notebook(d / "02_after.ipynb", rec + "record('02_after', y=2)")
     return d
@@ -45,7 +45,10 @@ def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
     assert run.parent == tmp_path and (tmp_path / "latest").resolve() == run.resolve()
     # 00 ran with the injected parameter, in the notebooks' directory.
     assert json.loads((run / "00_hello.json").read_text()) == {
-        "x": 41, "loss_curve": [3.0, 2.0, 1.5, 1.2], "cwd": nbdir.name}
+        "x": 41,
+        "loss_curve": [3.0, 2.0, 1.5, 1.2],
+        "cwd": nbdir.name,
+    }
     assert not (run / "02_after.ipynb").exists() and not (run / "02_after.json").exists()
     log = json.loads((run / "demo.json").read_text())
     assert [log["notebooks"][n]["status"] for n in ("00_hello", "01_boom", "02_after")] == ["ok", "failed", "not run"]
@@ -60,8 +63,7 @@ def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
 
 
 def test_cli_only_subset_and_failure_message(nbdir, tmp_path, capsys):
-    assert harness.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "00",
-                     "-p", "X=5"]) == 0
+    assert harness.main(["demo", "--notebooks", str(nbdir), "--runs", str(tmp_path), "--only", "00", "-p", "X=5"]) == 0
     run = (tmp_path / "latest").resolve()
     assert json.loads((run / "00_hello.json").read_text())["x"] == 5
     md = (run / "report.md").read_text()
@@ -86,7 +88,12 @@ def test_notebook_that_records_nothing_is_an_error(tmp_path):
 
 def test_parse_parameters_and_only():
     assert harness.parse_parameters(["A=3", "B=gemma4_31b", "C=0.5", "D='x'", "E=[1, 2]"]) == {
-        "A": 3, "B": "gemma4_31b", "C": 0.5, "D": "x", "E": [1, 2]}
+        "A": 3,
+        "B": "gemma4_31b",
+        "C": 0.5,
+        "D": "x",
+        "E": [1, 2],
+    }
     with pytest.raises(ValueError, match="NAME=VALUE"):
         harness.parse_parameters(["no-equals"])
     with pytest.raises(ValueError, match="no such notebook"):
@@ -99,8 +106,10 @@ def test_lanes_chain_train_merge_serve_beside_the_rest():
     one = harness.plan_lanes(paths, 1)
     assert [[p.stem[:2] for p in lane] for lane in one] == [[n[:2] for n in names]]
     two = harness.plan_lanes(paths, 2)
-    assert [[p.stem[:2] for p in lane] for lane in two] == [["00", "01", "02", "03", "04", "05", "09"],
-                                                           ["06", "07", "08"]]
+    assert [[p.stem[:2] for p in lane] for lane in two] == [
+        ["00", "01", "02", "03", "04", "05", "09"],
+        ["06", "07", "08"],
+    ]
     assert harness.plan_lanes(paths, 4) == two  # one chain: more jobs add nothing
     only = [p for p in paths if p.stem[:2] in ("00", "07")]
     assert harness.plan_lanes(only, 2) == [[only[0]], [only[1]]]
@@ -125,8 +134,10 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
 def lanes_dir(tmp_path_factory):
     """05 beside the chain 06 -> 07 -> 08; each records when it ran (wall clock)."""
     d = tmp_path_factory.mktemp("lanes")
-    timed = ("import time\nfrom cookbook.harness import record\nt0 = time.time()\ntime.sleep(SLEEP)\n"
-             "record('{name}', t0=t0, t1=time.time())\nif FAIL == '{name}':\n    raise RuntimeError('{name} broke')")
+    timed = (
+        "import time\nfrom cookbook.harness import record\nt0 = time.time()\ntime.sleep(SLEEP)\n"
+        "record('{name}', t0=t0, t1=time.time())\nif FAIL == '{name}':\n    raise RuntimeError('{name} broke')"
+    )
     for name in ("05_side", "06_first", "07_second", "08_third"):
         _notebook(d / f"{name}.ipynb", timed.format(name=name), params="SLEEP = 2.5\nFAIL = ''")
     return d
@@ -142,12 +153,17 @@ def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, 
     assert all(v["status"] == "ok" for v in log["notebooks"].values())
     # 06 fails while 05 runs: 05 finishes, 07 and 08 never start, the error names 06.
     with pytest.raises(harness.NotebookFailed) as err:
-        harness.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2,
-                         parameters={"SLEEP": 1.0, "FAIL": "06_first"})
+        harness.run_demo(
+            notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 1.0, "FAIL": "06_first"}
+        )
     assert err.value.notebook == "06_first" and "RuntimeError: 06_first broke" in str(err.value)
     run = err.value.output.parent
     log = json.loads((run / "demo.json").read_text())
     assert {n: v["status"] for n, v in log["notebooks"].items()} == {
-        "05_side": "ok", "06_first": "failed", "07_second": "not run", "08_third": "not run"}
+        "05_side": "ok",
+        "06_first": "failed",
+        "07_second": "not run",
+        "08_third": "not run",
+    }
     assert not (run / "07_second.ipynb").exists()
     assert "07_second: not run: 06_first failed before it" in (run / "report.md").read_text()

@@ -37,10 +37,14 @@ def test_make_demo_on_a_fresh_cache(fresh_demo):
         assert (run / f"{n}.ipynb").is_file() and json.loads((run / f"{n}.json").read_text())
     # The thinking model, as committed: trained in 06 (section 11), served by vLLM with the gemma4
     # reasoning parser in 08 (section 6b); the answers, apart from the thoughts, score as Tunix's.
-    nb05, nb06, nb08 = (json.loads((run / f"{n}.json").read_text()) for n in ("05_data_pipeline", "06_train", "08_serving"))
+    nb05, nb06, nb08 = (
+        json.loads((run / f"{n}.json").read_text()) for n in ("05_data_pipeline", "06_train", "08_serving")
+    )
     assert nb05["thought_trained"] and nb05["tool_call_trained"] and nb05["tool_response_untrained"]
     assert nb06["thinking_pass1"] >= 0.8 and nb06["thinking_thoughts_right"] >= 0.9
     assert nb08["thinking_served_pass1"] == nb08["thinking_tunix_pass1"] >= 0.8
     assert nb08["thinking_same_outcomes"] and nb08["thinking_content_has_no_thought"]
-    print(f"make demo: {fresh_demo.wall_s:.0f} s wall; per notebook (s): "
-          + ", ".join(f"{n[:2]} {v['seconds']:.0f}" for n, v in log["notebooks"].items()))
+    print(
+        f"make demo: {fresh_demo.wall_s:.0f} s wall; per notebook (s): "
+        + ", ".join(f"{n[:2]} {v['seconds']:.0f}" for n, v in log["notebooks"].items())
+    )

@@ -52,15 +52,26 @@ def test_work_dir_is_inside_the_run(run_dir):
 def test_parameter_form_edits_the_namespace():
     import ipywidgets as widgets
 
-    ns = {"STEPS": 10, "LR": 1e-4, "USE_REMAT": True, "PRESET": "tiny", "lower": 1, "SHAPE": (2, 3),
-          "__name__": "__main__"}
+    ns = {
+        "STEPS": 10,
+        "LR": 1e-4,
+        "USE_REMAT": True,
+        "PRESET": "tiny",
+        "lower": 1,
+        "SHAPE": (2, 3),
+        "__name__": "__main__",
+    }
     form = harness.parameter_form(ns)
     assert isinstance(form, widgets.VBox)
     fields = {w.description: w for w in form.children}
     assert list(fields) == ["STEPS", "LR", "USE_REMAT", "PRESET"]  # ALL_CAPS scalars only, in order
     kinds = {name: type(w) for name, w in fields.items()}
-    assert kinds == {"STEPS": widgets.IntText, "LR": widgets.FloatText, "USE_REMAT": widgets.Checkbox,
-                     "PRESET": widgets.Text}
+    assert kinds == {
+        "STEPS": widgets.IntText,
+        "LR": widgets.FloatText,
+        "USE_REMAT": widgets.Checkbox,
+        "PRESET": widgets.Text,
+    }
     assert [fields[n].value for n in fields] == [10, 1e-4, True, "tiny"]
     fields["STEPS"].value = 25
     fields["LR"].value = 3e-4

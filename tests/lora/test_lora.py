@@ -24,9 +24,7 @@ def test_default_targets_cover_every_weight_including_k_eq_v():
     assert got == {pr.tunix_path for pr in L.projections("gemma4_31b")}
     assert len(got) == 60 * 6
     # the 10 global layers' K (= V) weight is attn/k_einsum and is selected
-    assert all(
-        f"layers/{i}/attn/k_einsum" in got for i in models.get_preset("gemma4_31b").global_layers
-    )
+    assert all(f"layers/{i}/attn/k_einsum" in got for i in models.get_preset("gemma4_31b").global_layers)
     assert L.hf_target_modules(path, "gemma4_31b") == list(L.HF_PROJECTIONS)
 
 
@@ -53,9 +51,7 @@ def test_peft_targets_translate_and_round_trip(targets, leaves):
 
 @pytest.mark.jax_only
 def test_kv_einsum_regex_on_31b_is_caught_and_explained():
-    with pytest.raises(
-        L.LoraCoverageError, match=r"k_proj is adapted on 50 of 60 layers.*k_einsum"
-    ):
+    with pytest.raises(L.LoraCoverageError, match=r"k_proj is adapted on 50 of 60 layers.*k_einsum"):
         L.check_module_path(".*kv_einsum", "gemma4_31b")
     with pytest.raises(L.LoraCoverageError, match="global layers, where K = V"):
         L.hf_target_modules(".*(q_einsum|kv_einsum|attn_vec_einsum)", "gemma4_31b")
@@ -84,9 +80,7 @@ def test_partial_layers_need_explicit_consent():
     assert [pr.tunix_path for pr in L.matched_projections(path, "tiny")] == [
         f"layers/{i}/attn/q_einsum" for i in range(3)
     ]
-    assert L.hf_target_modules(path, "tiny", allow_partial=True) == [
-        f"layers.{i}.self_attn.q_proj" for i in range(3)
-    ]
+    assert L.hf_target_modules(path, "tiny", allow_partial=True) == [f"layers.{i}.self_attn.q_proj" for i in range(3)]
 
 
 @pytest.mark.jax_only
@@ -166,9 +160,7 @@ def test_apply_lora_count_equals_peft_on_the_same_checkpoint(tiny_base, tiny_tun
     assert shapes["layers/5/attn/k_einsum/w_lora_a"] == (128, 4)
     assert shapes["layers/5/attn/k_einsum/w_lora_b"] == (4, 2, 64)
     assert shapes["layers/0/attn/kv_einsum/w_lora_b"] == (4, 2, 4, 32)
-    assert {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in shapes} == {
-        pr.tunix_path for pr in L.projections("tiny")
-    }
+    assert {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in shapes} == {pr.tunix_path for pr in L.projections("tiny")}
 
 
 def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
@@ -184,9 +176,7 @@ def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
         "attention_mask": jnp.broadcast_to(jnp.tril(jnp.ones((8, 8), bool)), (2, 8, 8)),
     }
     base_logits, _ = tiny_tunix(**inputs)
-    lm = L.apply_lora(
-        tiny_tunix, L.LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "o_proj")), preset="tiny"
-    )
+    lm = L.apply_lora(tiny_tunix, L.LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "o_proj")), preset="tiny")
     lora_logits, _ = lm(**inputs)
     # B = 0 at the start: the same logits up to float32 rounding of the logits' own scale
     scale = float(np.abs(base_logits).max())
@@ -250,9 +240,7 @@ def test_apply_lora_refuses_a_wrong_count():
     small_cfg = models.get_preset("tiny").with_overrides(num_layers=5)  # no global layer
     with pytest.raises(L.LoraApplicationError, match="need"):
         nnx.eval_shape(
-            lambda: L.apply_lora(
-                gemma4.Gemma4(small_cfg.tunix_config(), rngs=nnx.Rngs(0)), ALL7, preset="tiny"
-            )
+            lambda: L.apply_lora(gemma4.Gemma4(small_cfg.tunix_config(), rngs=nnx.Rngs(0)), ALL7, preset="tiny")
         )
 
 
@@ -261,9 +249,7 @@ def test_apply_lora_on_mesh_shards_adapters_like_their_weights(tiny_base, mesh_4
     from cookbook import models
 
     model = models.load_tunix_model(tiny_base, "tiny", mesh=mesh_4x2)
-    lm = L.apply_lora(
-        model, L.LoraConfig(rank=4, alpha=8.0, targets=("q_proj",)), preset="tiny", mesh=mesh_4x2
-    )
+    lm = L.apply_lora(model, L.LoraConfig(rank=4, alpha=8.0, targets=("q_proj",)), preset="tiny", mesh=mesh_4x2)
     from flax import nnx
 
     state = dict(nnx.state(lm, nnx.LoRAParam).flat_state())
@@ -284,9 +270,7 @@ def test_parse_targets_reads_names_all_linear_and_regexes():
         L.parse_targets(" , ")
 
 
-@pytest.mark.parametrize(
-    "module_path", [".*kv_einsum", ".*(q_einsum|k_einsum)", r"layers/[0-2]/mlp/.*"]
-)
+@pytest.mark.parametrize("module_path", [".*kv_einsum", ".*(q_einsum|k_einsum)", r"layers/[0-2]/mlp/.*"])
 @pytest.mark.jax_only
 def test_regex_coverage_is_what_qwix_really_creates(module_path):
     """coverage_rows evaluates the regex on our layer list; coverage_of_model reads Qwix's result."""

@@ -52,9 +52,10 @@ def test_all_linear_is_what_qwix_creates_with_no_kv_on_shared_layers(name):
     if p.per_layer_input_dim:
         assert shapes["embedder/per_layer_model_projection/w_lora_b"] == (RANK, p.num_layers, p.per_layer_input_dim)
         assert shapes[f"layers/{p.num_layers - 1}/per_layer_input_gate/w_lora_a"] == (p.embed_dim, RANK)
-        assert shapes[f"layers/{p.num_layers - 1}/mlp/down_proj/kernel_lora_a"] == (2 * p.hidden_dim
-                                                                                    if p.double_wide_mlp
-                                                                                    else p.hidden_dim, RANK)
+        assert shapes[f"layers/{p.num_layers - 1}/mlp/down_proj/kernel_lora_a"] == (
+            2 * p.hidden_dim if p.double_wide_mlp else p.hidden_dim,
+            RANK,
+        )
     if p.is_moe:  # the router only: nothing on the experts (gating_einsum, linear)
         moe = {k for k in shapes if "/moe/" in k}
         assert moe == {f"layers/{i}/moe/router_logits_lora_{ab}" for i in range(p.num_layers) for ab in "ab"}
@@ -77,11 +78,22 @@ def test_kv_shared_layers_are_absent_not_missed():
 
 
 @pytest.mark.jax_only
-@pytest.mark.parametrize("targets", [("experts",), ("q_proj", "experts.down_proj"), ("gate_up_proj",),
-                                     r".*\.experts", r"model\.layers\.\d+\.experts\.gate_up_proj"])
+@pytest.mark.parametrize(
+    "targets",
+    [
+        ("experts",),
+        ("q_proj", "experts.down_proj"),
+        ("gate_up_proj",),
+        r".*\.experts",
+        r"model\.layers\.\d+\.experts\.gate_up_proj",
+    ],
+)
 def test_expert_targets_are_refused_naming_what_is_missing(targets):
-    with pytest.raises(L.LoraCoverageError, match=r"name the MoE experts of preset 'tiny_26b_a4b'.*"
-                                                  r"target_parameters.*ragged_dot.*targets='all-linear'"):
+    with pytest.raises(
+        L.LoraCoverageError,
+        match=r"name the MoE experts of preset 'tiny_26b_a4b'.*"
+        r"target_parameters.*ragged_dot.*targets='all-linear'",
+    ):
         L.qwix_module_path(targets, "tiny_26b_a4b")
     # the dense branch beside the experts and the router are ordinary targets
     path = L.qwix_module_path(("gate_proj", "up_proj", "down_proj", "router.proj"), "tiny_26b_a4b")
@@ -95,8 +107,11 @@ def test_pairs_on_kv_shared_layers_are_refused():
     p = models.get_preset("tiny_e2b")
     d = p.embed_dim
     pair = L.LoraPair(layer=7, module="attn.kv_einsum", a=np.zeros((d, 4)), b=np.zeros((4, 2, 1, 32)))
-    with pytest.raises(ValueError, match=r"layers\.7\.attn\.kv_einsum: layer 7 of preset 'tiny_e2b' is KV-shared "
-                                         r"\(it reuses layer 3's K/V"):
+    with pytest.raises(
+        ValueError,
+        match=r"layers\.7\.attn\.kv_einsum: layer 7 of preset 'tiny_e2b' is KV-shared "
+        r"\(it reuses layer 3's K/V",
+    ):
         L.check_pairs_fit_preset([pair], p)
 
 
@@ -145,7 +160,7 @@ def test_tunix_to_peft_and_back(name):
         key = "base_model.model.model.language_model.per_layer_model_projection"
         a, b = state["embedder"]["per_layer_model_projection"].values()
         tunix_update = np.einsum("dr,rnp->npd", a, b).reshape(-1, p.embed_dim)
-        peft_update = (peft[f"{key}.lora_B.weight"] @ peft[f"{key}.lora_A.weight"]) * p.embed_dim ** -0.5
+        peft_update = (peft[f"{key}.lora_B.weight"] @ peft[f"{key}.lora_A.weight"]) * p.embed_dim**-0.5
         np.testing.assert_allclose(peft_update, tunix_update, rtol=1e-12, atol=1e-12)
 
 
@@ -170,9 +185,12 @@ def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twi
     qwix = L.count_lora_params(lora_model)
     assert qwix == L.expected_lora_params(p, cfg)
     hf = transformers.Gemma4ForConditionalGeneration.from_pretrained(twin_bases[name])
-    pm = peft.get_peft_model(hf, peft.LoraConfig(r=RANK, lora_alpha=ALPHA,
-                                                 target_modules=targets if isinstance(targets, str) else
-                                                 list(targets)))
+    pm = peft.get_peft_model(
+        hf,
+        peft.LoraConfig(
+            r=RANK, lora_alpha=ALPHA, target_modules=targets if isinstance(targets, str) else list(targets)
+        ),
+    )
     peft_count, _ = pm.get_nb_trainable_parameters()
     # PEFT gives K and V an A each where Tunix's stacked kv_einsum shares one: the only difference.
     assert peft_count == L.peft_lora_params(p, cfg) == L.peft_trainable_params(p, cfg)
@@ -180,13 +198,17 @@ def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twi
     # The very same modules: PEFT finds no k_proj/v_proj on KV-shared layers, and its
     # "all-linear" takes the per-layer-input projections and the router, never the experts.
     assert set(pm.targeted_module_names) == {
-        n for n in L.hf_module_names(p, "model.language_model.")
-        if isinstance(targets, str) or n.rsplit(".", 1)[-1] in targets}
+        n
+        for n in L.hf_module_names(p, "model.language_model.")
+        if isinstance(targets, str) or n.rsplit(".", 1)[-1] in targets
+    }
     assert not any(".experts" in n for n in pm.targeted_module_names)
     # hf_target_modules of the cookbook's Qwix path selects the same in PEFT
     names = L.hf_target_modules(L.qwix_module_path(cfg, p), p)
-    again = peft.get_peft_model(transformers.Gemma4ForConditionalGeneration.from_pretrained(twin_bases[name]),
-                                peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=names))
+    again = peft.get_peft_model(
+        transformers.Gemma4ForConditionalGeneration.from_pretrained(twin_bases[name]),
+        peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=names),
+    )
     assert again.get_nb_trainable_parameters()[0] == peft_count
 
 
@@ -194,8 +216,12 @@ def _inputs(tokens):
     import jax.numpy as jnp
 
     b, t = tokens.shape
-    return {"tokens": jnp.asarray(tokens, jnp.int32), "positions": jnp.broadcast_to(jnp.arange(t), (b, t)),
-            "cache": None, "attention_mask": jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))}
+    return {
+        "tokens": jnp.asarray(tokens, jnp.int32),
+        "positions": jnp.broadcast_to(jnp.arange(t), (b, t)),
+        "cache": None,
+        "attention_mask": jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t)),
+    }
 
 
 @pytest.mark.jax_only
@@ -265,14 +291,20 @@ def test_tunix_lora_through_peft_gives_the_same_logits(name, twin_bases, tmp_pat
     broken = dict(tensors)
     for key in tensors:
         if ".per_layer_model_projection.lora_B" in key:  # B without the sqrt(embed_dim) rescale
-            broken[key] = tensors[key] * p.embed_dim ** -0.5
+            broken[key] = tensors[key] * p.embed_dim**-0.5
         if ".router.proj.lora_B" in key:  # the router's LoRA dropped
             broken[key] = np.zeros_like(tensors[key])
     assert any(not np.array_equal(broken[k], tensors[k]) for k in tensors)
     wrong = L.write_peft_adapter(tmp_path / "wrong", broken, rank=RANK, alpha=ALPHA, layout="multimodal")
-    controls = {"base without LoRA": _peft_logits(twin_bases[name], None, tokens, "float32"),
-                "conversion step left out": _peft_logits(twin_bases[name], wrong, tokens, "float32")}
+    controls = {
+        "base without LoRA": _peft_logits(twin_bases[name], None, tokens, "float32"),
+        "conversion step left out": _peft_logits(twin_bases[name], wrong, tokens, "float32"),
+    }
     for label, logits in controls.items():
         core.check_separated(core.compare(ours, logits, floor), label)
-    print(name, {k: f"{v:.3g}" for k, v in check.items() if isinstance(v, float)}, floor.as_dict(),
-          {k: f"{core.compare(ours, v, floor)['max_over_bound']:.3g} bounds" for k, v in controls.items()})
+    print(
+        name,
+        {k: f"{v:.3g}" for k, v in check.items() if isinstance(v, float)},
+        floor.as_dict(),
+        {k: f"{core.compare(ours, v, floor)['max_over_bound']:.3g} bounds" for k, v in controls.items()},
+    )

@@ -50,7 +50,13 @@ def test_state_has_every_projection_of_tiny(shapes):
     pairs = lora.lora_pairs(_random_state(shapes))
     assert len(pairs) == 6 * 6  # 6 layers x (q, kv or k, o, gate, up, down)
     assert {p.module for p in pairs if p.layer == 5} == {
-        "attn.q_einsum", "attn.k_einsum", "attn.attn_vec_einsum", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+        "attn.q_einsum",
+        "attn.k_einsum",
+        "attn.attn_vec_einsum",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    }
     assert all(p.rank == RANK for p in pairs)
     lora.check_pairs_fit_preset(pairs, PRESET, RANK)
 
@@ -141,8 +147,16 @@ def test_lora_pairs_reads_orbax_trees_and_abstract_states(shapes):
     from flax import nnx
 
     a, b = np.ones((PRESET.embed_dim, 4), np.float32), np.ones((4, 8, 32), np.float32)
-    orbax_tree = {"layers": {"0": {"attn": {"q_einsum": {"w_lora_a": {"value": a}, "w_lora_b": {"value": b}},
-                                            "kv_einsum": {"w": {"value": np.zeros(3)}}}}}}  # base weight: ignored
+    orbax_tree = {
+        "layers": {
+            "0": {
+                "attn": {
+                    "q_einsum": {"w_lora_a": {"value": a}, "w_lora_b": {"value": b}},
+                    "kv_einsum": {"w": {"value": np.zeros(3)}},
+                }
+            }
+        }
+    }  # base weight: ignored
     (pair,) = lora.lora_pairs(orbax_tree)
     assert (pair.layer, pair.module, pair.rank) == (0, "attn.q_einsum", 4)
     assert np.array_equal(pair.a, a) and np.array_equal(pair.b, b)
@@ -176,8 +190,11 @@ def test_check_pairs_fit_preset_names_what_does_not_fit():
     ok = [_pair(0, "attn.q_einsum", (d, 4), (4, n, 32)), _pair(5, "attn.k_einsum", (d, 4), (4, 2, 64))]
     lora.check_pairs_fit_preset(ok, PRESET, 4)
     wider = _pair(0, "attn.q_einsum", (256, 4), (4, 8, 32))
-    with pytest.raises(ValueError, match=r"layers\.0\.attn\.q_einsum: lora_a/lora_b shapes \(256, 4\)/\(4, 8, 32\) "
-                                         r"do not fit preset 'tiny' \(needs \(128, 4\)/\(4, 8, 32\)\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"layers\.0\.attn\.q_einsum: lora_a/lora_b shapes \(256, 4\)/\(4, 8, 32\) "
+        r"do not fit preset 'tiny' \(needs \(128, 4\)/\(4, 8, 32\)\)",
+    ):
         lora.check_pairs_fit_preset([wider], PRESET)
     wide_mlp = _pair(1, "mlp.down_proj", (1024, 4), (4, d))
     with pytest.raises(ValueError, match=r"layers\.1\.mlp\.down_proj: .*\(1024, 4\).*needs \(512, 4\)"):
@@ -216,15 +233,24 @@ def test_write_peft_adapter(shapes, tmp_path):
     tensors = lora.tunix_lora_to_peft(_random_state(shapes), PRESET)
     out = lora.write_peft_adapter(tmp_path / "a", tensors, rank=RANK, alpha=ALPHA, base_model="tiny-base")
     cfg = json.loads((out / "adapter_config.json").read_text())
-    assert (cfg["r"], cfg["lora_alpha"], cfg["peft_type"], cfg["base_model_name_or_path"]) == (RANK, ALPHA, "LORA",
-                                                                                                 "tiny-base")
-    assert cfg["target_modules"] == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj"])
+    assert (cfg["r"], cfg["lora_alpha"], cfg["peft_type"], cfg["base_model_name_or_path"]) == (
+        RANK,
+        ALPHA,
+        "LORA",
+        "tiny-base",
+    )
+    assert cfg["target_modules"] == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     back = load_file(str(out / "adapter_model.safetensors"))
     assert set(back) == set(tensors) and all(np.array_equal(back[k], tensors[k]) for k in tensors)
     mm = lora.tunix_lora_to_peft(_random_state(shapes), PRESET, layout="multimodal")
-    cfg = json.loads((lora.write_peft_adapter(tmp_path / "m", mm, rank=RANK, alpha=ALPHA,
-                                              layout="multimodal") / "adapter_config.json").read_text())
+    cfg = json.loads(
+        (
+            lora.write_peft_adapter(tmp_path / "m", mm, rank=RANK, alpha=ALPHA, layout="multimodal")
+            / "adapter_config.json"
+        ).read_text()
+    )
     target = re.compile(cfg["target_modules"])  # PEFT full-matches a string target
     assert target.fullmatch("model.language_model.layers.3.self_attn.q_proj")
     assert target.fullmatch("model.language_model.layers.0.mlp.down_proj")

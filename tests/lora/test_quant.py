@@ -66,7 +66,9 @@ def test_31b_nf4_base_weighs_a_quarter_plus_scales():
 
 
 def test_a_tile_that_does_not_divide_is_refused_before_anything_is_built():
-    with pytest.raises(ValueError, match=r"tile 512 does not divide .*attn_vec_einsum.*Use a tile .*: 32, 64, 128, 256"):
+    with pytest.raises(
+        ValueError, match=r"tile 512 does not divide .*attn_vec_einsum.*Use a tile .*: 32, 64, 128, 256"
+    ):
         lora.check_quant_tile("gemma4_31b", "nf4", 512)
     with pytest.raises(ValueError, match=r"tile 128 .* tiny.*: 32"):
         lora.check_quant_tile("tiny", "nf4", 128)
@@ -96,8 +98,10 @@ def test_qlora_on_the_moe_is_refused_in_one_line_before_anything_is_built(capsys
     err = capsys.readouterr().err.strip()
     assert "ragged_dot" in err and len(err.splitlines()) == 1, err
     with pytest.raises(ValueError, match="experts"):  # before any compile (the planner's check)
-        fit.plan(fit.PlanConfig(model_preset="gemma4_26b_a4b", slice_name="v5e-8", batch_size=4, quantize="nf4"),
-                 use_cache=False)
+        fit.plan(
+            fit.PlanConfig(model_preset="gemma4_26b_a4b", slice_name="v5e-8", batch_size=4, quantize="nf4"),
+            use_cache=False,
+        )
 
 
 def test_qlora_on_the_e2b_twin_scales_the_quantized_per_layer_projection_as_tunix_does():
@@ -189,8 +193,13 @@ def test_each_dequantization_waits_for_its_activation_and_values_are_qwixs(qlora
     plain = pytest.MonkeyPatch()
     plain.setattr(_apply, "lora_provider", lambda rules, quantize: qwix.LoraProvider(rules))
     try:
-        control = lora.apply_lora(gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0)), cfg,
-                                  preset=p, quantize="nf4", quant_tile=32)
+        control = lora.apply_lora(
+            gemma4.Gemma4(p.tunix_config(param_dtype="float32"), rngs=nnx.Rngs(0)),
+            cfg,
+            preset=p,
+            quantize="nf4",
+            quant_tile=32,
+        )
     finally:
         plain.undo()
     tokens = np.arange(1, 9, dtype=np.int32)[None]
@@ -199,8 +208,9 @@ def test_each_dequantization_waits_for_its_activation_and_values_are_qwixs(qlora
         graphdef, lora_state, rest = nnx.split(m, nnx.LoRAParam, ...)
 
         def loss(lo):
-            out, _ = nnx.merge(graphdef, lo, rest)(jnp.asarray(tokens), jnp.arange(8)[None], None,
-                                                    jnp.tril(jnp.ones((1, 8, 8), bool)))
+            out, _ = nnx.merge(graphdef, lo, rest)(
+                jnp.asarray(tokens), jnp.arange(8)[None], None, jnp.tril(jnp.ones((1, 8, 8), bool))
+            )
             return jnp.mean(out.astype(jnp.float32) ** 2)
 
         barriers = str(jax.make_jaxpr(loss)(lora_state)).count("optimization_barrier")
@@ -210,8 +220,10 @@ def test_each_dequantization_waits_for_its_activation_and_values_are_qwixs(qlora
     untied, control_grads = parts(control)
     assert untied == 0 and tied >= len(_quantized(model))  # every quantized matmul, in this forward
     np.testing.assert_array_equal(models.tunix_logits(model, tokens), models.tunix_logits(control, tokens))
-    pairs = [(np.asarray(a), np.asarray(b)) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(control_grads),
-                                                             strict=True)]
+    pairs = [
+        (np.asarray(a), np.asarray(b))
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(control_grads), strict=True)
+    ]
     scale = max(float(np.abs(b).max()) for _, b in pairs)
     worst = max(float(np.abs(a - b).max()) for a, b in pairs) / scale
     print(f"LoRA gradients, tied vs Qwix's provider: largest difference {worst:.2e} of the largest gradient")

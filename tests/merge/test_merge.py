@@ -33,12 +33,18 @@ def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
 
     d = tmp_path_factory.mktemp("out")
     merge.merge_lora(tiny_base, lora_run, d / "merged", max_shard_bytes=SHARD, progress=False)
-    rc = harness.main(["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only",
-                   "--peft-out", str(d / "peft_text")])
+    rc = harness.main(
+        ["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only", "--peft-out", str(d / "peft_text")]
+    )
     assert rc == 0
     merge.export_peft(lora_run, d / "peft_mm", layout="multimodal")
-    return {"merged": d / "merged", "text": d / "text", "peft_text": d / "peft_text", "peft_mm": d / "peft_mm",
-            "text_base": merge.ensure_text_only_base(tiny_base, "tiny")}
+    return {
+        "merged": d / "merged",
+        "text": d / "text",
+        "peft_text": d / "peft_text",
+        "peft_mm": d / "peft_mm",
+        "text_base": merge.ensure_text_only_base(tiny_base, "tiny"),
+    }
 
 
 # Logit parity (merged, text-only, PEFT on both bases vs Tunix + LoRA, in a fresh process)
@@ -65,8 +71,9 @@ def test_untouched_tensors_are_byte_identical(tiny_base, outputs):
     assert all(merged[k].dtype == base[k].dtype for k in base)
     text = tensors(outputs["text"])
     assert set(text) == {k.replace("model.language_model.", "model.") for k in base}
-    assert np.array_equal(text["model.layers.5.self_attn.k_proj.weight"],
-                          merged["model.language_model.layers.5.self_attn.k_proj.weight"])
+    assert np.array_equal(
+        text["model.layers.5.self_attn.k_proj.weight"], merged["model.language_model.layers.5.self_attn.k_proj.weight"]
+    )
 
 
 def test_output_shards_index_and_side_files(tiny_base, outputs):
@@ -83,8 +90,13 @@ def test_output_shards_index_and_side_files(tiny_base, outputs):
         assert data <= SHARD or len(refs) == 1
         total += data
     assert index["metadata"]["total_size"] == total
-    for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-              "chat_template.jinja"):
+    for f in (
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    ):
         assert (out / f).read_bytes() == (tiny_base / f).read_bytes(), f
     cfg = json.loads((outputs["text"] / "config.json").read_text())
     assert cfg["architectures"] == ["Gemma4ForCausalLM"] and cfg["model_type"] == "gemma4_text"
@@ -97,8 +109,9 @@ def test_peft_adapter_config_and_vllm_v_copy(outputs):
 
     cfg = json.loads((outputs["peft_text"] / "adapter_config.json").read_text())
     assert (cfg["r"], cfg["lora_alpha"], cfg["peft_type"]) == (RANK, ALPHA, "LORA")
-    assert sorted(cfg["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                    "up_proj", "down_proj"])
+    assert sorted(cfg["target_modules"]) == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     t = load_file(str(outputs["peft_text"] / "adapter_model.safetensors"))
     g = "base_model.model.model.layers.5.self_attn."
     # Layer 5 is the K = V global layer: vLLM takes V's LoRA from v_proj, so it copies k_proj.
@@ -146,11 +159,22 @@ def test_refuses_lora_from_a_wider_model(tiny_base, tmp_path):
     import orbax.checkpoint as ocp
 
     step = tmp_path / "run" / "checkpoints" / "1"
-    tree = {"layers": {"0": {"attn": {"q_einsum": {"w_lora_a": {"value": np.zeros((256, 4), np.float32)},
-                                                   "w_lora_b": {"value": np.zeros((4, 8, 32), np.float32)}}}}}}
+    tree = {
+        "layers": {
+            "0": {
+                "attn": {
+                    "q_einsum": {
+                        "w_lora_a": {"value": np.zeros((256, 4), np.float32)},
+                        "w_lora_b": {"value": np.zeros((4, 8, 32), np.float32)},
+                    }
+                }
+            }
+        }
+    }
     ocp.PyTreeCheckpointer().save(step / "model_params", tree)
-    (step / "_CHECKPOINT_METADATA").write_text(json.dumps(
-        {"custom_metadata": {"recipe": {"model_preset": "tiny", "lora": {"rank": 4, "alpha": 8.0}}}}))
+    (step / "_CHECKPOINT_METADATA").write_text(
+        json.dumps({"custom_metadata": {"recipe": {"model_preset": "tiny", "lora": {"rank": 4, "alpha": 8.0}}}})
+    )
     with pytest.raises(ValueError, match=r"layers\.0\.attn\.q_einsum: lora_a/lora_b shapes \(256, 4\)"):
         merge.merge_lora(tiny_base, tmp_path / "run", tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
@@ -192,18 +216,34 @@ def test_out_over_an_input_or_a_foreign_dir_is_refused_and_nothing_deleted(tiny_
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
-    cases = [(run, "is or holds the LoRA run"), (tmp_path / "runs", "is or holds the LoRA run"),
-             (run / "checkpoints", "lies inside the LoRA run"), (base, "is or holds the base checkpoint"),
-             (base / "sub", "lies inside the base checkpoint"),
-             (foreign, "not an earlier output of cookbook merge")]
+    cases = [
+        (run, "is or holds the LoRA run"),
+        (tmp_path / "runs", "is or holds the LoRA run"),
+        (run / "checkpoints", "lies inside the LoRA run"),
+        (base, "is or holds the base checkpoint"),
+        (base / "sub", "lies inside the base checkpoint"),
+        (foreign, "not an earlier output of cookbook merge"),
+    ]
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     for out, message in cases:
         rc = harness.main(["merge", "--lora", str(run), "--base", str(base), "--out", str(out), "--overwrite"])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 1 and len(err) == 1 and message in err[0] and "--out" in err[0], (out, err)
     # --peft-out is checked before the merge starts: no merged --out is left behind either.
-    rc = harness.main(["merge", "--lora", str(run), "--base", str(base), "--out", str(tmp_path / "new"),
-                       "--peft-out", str(run), "--overwrite"])
+    rc = harness.main(
+        [
+            "merge",
+            "--lora",
+            str(run),
+            "--base",
+            str(base),
+            "--out",
+            str(tmp_path / "new"),
+            "--peft-out",
+            str(run),
+            "--overwrite",
+        ]
+    )
     assert rc == 1 and "--peft-out" in capsys.readouterr().err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # nothing deleted or added
     assert merge.open_lora_checkpoint(run).step == 1 and (foreign / "keep.txt").read_text() == "mine"
@@ -225,7 +265,9 @@ def test_base_with_other_weights_is_refused_by_content(tiny_base, lora_run, tmp_
     run = Path(shutil.copytree(lora_run, tmp_path / "run"))
     copy = _linked_copy(tiny_base, tmp_path / "copy")  # the same bytes at another path
     _edit_metadata(run, base_fingerprint="0" * 20)
-    with pytest.raises(models.BaseMismatchError, match=rf"fingerprint {'0' * 20}\).*{models.fingerprint(tiny_base)}.*--base"):
+    with pytest.raises(
+        models.BaseMismatchError, match=rf"fingerprint {'0' * 20}\).*{models.fingerprint(tiny_base)}.*--base"
+    ):
         merge.merge_lora(tiny_base, run, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
     _edit_metadata(run, base_fingerprint=models.fingerprint(tiny_base))
@@ -279,8 +321,20 @@ def test_cold_cache_is_filled_once_while_a_second_caller_waits(which, tiny_base,
 @pytest.mark.slow
 def test_sigkill_leaves_out_absent_then_rerun_succeeds(tiny_base, lora_run, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "cookbook", "merge", "--lora", str(lora_run), "--base", str(tiny_base),
-           "--out", str(out), "--max-shard-size", "256KiB"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cookbook",
+        "merge",
+        "--lora",
+        str(lora_run),
+        "--base",
+        str(tiny_base),
+        "--out",
+        str(out),
+        "--max-shard-size",
+        "256KiB",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120

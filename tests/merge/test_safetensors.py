@@ -42,15 +42,14 @@ def test_read_header_describes_every_tensor(source):
     assert meta == {"format": "pt", "note": "x"}
     want = _tensors()
     assert set(refs) == set(want)
-    codes = {"a.weight": "F32", "b.bias": "F16", "c.ids": "I64", "d.mask": "BOOL", "e.bf16": "BF16",
-             "f.scalar": "F64"}
+    codes = {"a.weight": "F32", "b.bias": "F16", "c.ids": "I64", "d.mask": "BOOL", "e.bf16": "BF16", "f.scalar": "F64"}
     raw = source.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     for name, ref in refs.items():
         assert (ref.name, ref.path, ref.dtype, ref.shape) == (name, source, codes[name], want[name].shape)
         assert ref.nbytes == want[name].nbytes and ref.offset >= 8 + n
         # The bytes at the offset are the tensor's own.
-        assert raw[ref.offset:ref.offset + ref.nbytes] == np.ascontiguousarray(want[name]).tobytes(), name
+        assert raw[ref.offset : ref.offset + ref.nbytes] == np.ascontiguousarray(want[name]).tobytes(), name
     spans = sorted((r.offset, r.offset + r.nbytes) for r in refs.values())
     assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))  # no overlap
     assert spans[-1][1] == len(raw)
@@ -80,8 +79,9 @@ def test_write_shard_without_metadata_and_from_two_files(tmp_path):
     save_file({"p": np.ones((4, 4), np.float32)}, str(tmp_path / "1.safetensors"))
     save_file({"q": np.full((3,), 7, np.int32)}, str(tmp_path / "2.safetensors"))
     (p,), (q,) = (merge.read_header(tmp_path / f"{i}.safetensors")[0].values() for i in (1, 2))
-    merge.write_shard(tmp_path / "o.safetensors", [merge.OutTensor(name="q", src=q), merge.OutTensor(name="p", src=p)],
-                      {})
+    merge.write_shard(
+        tmp_path / "o.safetensors", [merge.OutTensor(name="q", src=q), merge.OutTensor(name="p", src=p)], {}
+    )
     got = _read(tmp_path / "o.safetensors")
     assert np.array_equal(got["p"], np.ones((4, 4))) and np.array_equal(got["q"], [7, 7, 7])
     assert merge.read_header(tmp_path / "o.safetensors")[1] == {}
@@ -100,11 +100,15 @@ def test_write_shard_updates_rows_in_float32_and_casts_back(tmp_path, dtype):
         assert block.dtype == np.float32 and block.shape[1:] == (6, 5) and scratch.shape == block.shape
         starts.append((start, block.shape[0]))
         np.multiply(block, 2.0, out=scratch)
-        block[:] = scratch + delta[start:start + block.shape[0]]
+        block[:] = scratch + delta[start : start + block.shape[0]]
 
-    merge.write_shard(tmp_path / "out.safetensors",
-                      [merge.OutTensor(name="w", src=refs["w"], update=update), merge.OutTensor(name="keep", src=refs["keep"])],
-                      {"format": "pt"}, block_bytes=1024, progress=progress.append)
+    merge.write_shard(
+        tmp_path / "out.safetensors",
+        [merge.OutTensor(name="w", src=refs["w"], update=update), merge.OutTensor(name="keep", src=refs["keep"])],
+        {"format": "pt"},
+        block_bytes=1024,
+        progress=progress.append,
+    )
     got = _read(tmp_path / "out.safetensors")
     want = (w.astype(np.float32) * 2 + delta).astype(dtype)
     assert got["w"].dtype == np.dtype(dtype) and np.array_equal(got["w"], want)
@@ -125,13 +129,17 @@ def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
     save_file({"w": w, "n": torch.ones(40, dtype=torch.bfloat16)}, str(tmp_path / "in.safetensors"))
     refs, _ = merge.read_header(tmp_path / "in.safetensors")
     delta = np.random.default_rng(0).normal(0, 0.01, (300, 40)).astype(np.float32)
+
     def fn(block, start, scratch):
-        block += delta[start:start + block.shape[0]]
+        block += delta[start : start + block.shape[0]]
 
     # block_bytes small enough that the update runs in several row blocks
-    merge.write_shard(tmp_path / "out.safetensors", [merge.OutTensor(name="w", src=refs["w"], update=fn),
-                                                       merge.OutTensor(name="n", src=refs["n"])],
-                       {"format": "pt"}, block_bytes=4096)
+    merge.write_shard(
+        tmp_path / "out.safetensors",
+        [merge.OutTensor(name="w", src=refs["w"], update=fn), merge.OutTensor(name="n", src=refs["n"])],
+        {"format": "pt"},
+        block_bytes=4096,
+    )
     out = load_file(str(tmp_path / "out.safetensors"))
     want = (w.float().numpy() + delta).astype(ml_dtypes.bfloat16).astype(np.float32)
     assert out["w"].dtype == torch.bfloat16 and np.array_equal(out["w"].float().numpy(), want)
@@ -139,8 +147,7 @@ def test_bfloat16_rows_updated_in_float32_and_cast_back(tmp_path):
 
 
 def _ref(name: str, nbytes: int) -> merge.OutTensor:
-    src = merge.TensorRef(name=name, path=Path("f"), dtype="U8", shape=(nbytes,),
-                          offset=0, nbytes=nbytes)
+    src = merge.TensorRef(name=name, path=Path("f"), dtype="U8", shape=(nbytes,), offset=0, nbytes=nbytes)
     return merge.OutTensor(name=name, src=src)
 
 
@@ -170,8 +177,11 @@ def test_plan_shards_puts_an_oversized_tensor_alone():
 
 def test_shard_names():
     assert merge.shard_names(1) == ["model.safetensors"]
-    assert merge.shard_names(3) == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-                                    "model-00003-of-00003.safetensors"]
+    assert merge.shard_names(3) == [
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+    ]
     assert len(set(merge.shard_names(120))) == 120 and merge.shard_names(120)[-1] == "model-00120-of-00120.safetensors"
 
 

@@ -32,7 +32,7 @@ def _listening(port: int) -> set[str]:
             if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
                 continue
             raw = bytes.fromhex(addr)  # 32-bit words in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             ip = ipaddress.ip_address(raw)
             found.add(str(getattr(ip, "ipv4_mapped", None) or ip))  # gRPC's ::ffff:127.0.0.1 is 127.0.0.1
     return found
@@ -47,11 +47,17 @@ def test_a_local_launchs_coordinator_listens_on_loopback_only():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = mesh.process_env(dict(os.environ), coordinator=f"127.0.0.1:{port}", processes=2, process_id=0,
-                           devices_per_process=1)
+    env = mesh.process_env(
+        dict(os.environ), coordinator=f"127.0.0.1:{port}", processes=2, process_id=0, devices_per_process=1
+    )
     env["COOKBOOK_DISTRIBUTED_TIMEOUT"] = "60"
-    proc = subprocess.Popen([sys.executable, "-c", "from cookbook import mesh; mesh.initialize_distributed()"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cookbook import mesh; mesh.initialize_distributed()"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen: set[str] = set()
     try:
         deadline = time.monotonic() + 60

@@ -43,9 +43,7 @@ def test_slice_topologies_give_the_right_tpu_devices_without_a_tpu(monkeypatch):
     from jax.experimental import topologies
 
     # another process (a planner run) may hold libtpu's lockfile
-    monkeypatch.setenv(
-        "ALLOW_MULTIPLE_LIBTPU_LOAD", os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    )
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"))
     for name in ("v5p-8", "v6e-8", "v5e-8", "v5p-16"):
         s = M.SLICES[name]
         devices = topologies.get_topology_desc(platform="tpu", topology_name=s.topology).devices
@@ -76,9 +74,7 @@ def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
         ("tiny", 1, 8, None, "KV heads (sliding layers) = 4"),
     ],
 )
-def test_validate_mesh_names_the_dimension_and_the_valid_choices(
-    preset, fsdp, tp, batch, dimension
-):
+def test_validate_mesh_names_the_dimension_and_the_valid_choices(preset, fsdp, tp, batch, dimension):
     with pytest.raises(M.MeshError) as err:
         M.validate_mesh(preset, fsdp, tp, batch)
     msg = str(err.value)
@@ -176,5 +172,7 @@ def test_slice_table_prices_are_the_price_tables():
         platform = core.platform_of_slice(name)
         price = next(p for p in cost.PRICES if p.platform == platform and p.pricing == "on_demand")
         assert row["$/h"] == price.usd_per_hour, name  # None where the table has no source
-        assert row["slice HBM GB"] == pytest.approx(core.SLICES[name].num_chips * core.SLICES[name].chip.hbm_bytes / 1e9)
+        assert row["slice HBM GB"] == pytest.approx(
+            core.SLICES[name].num_chips * core.SLICES[name].chip.hbm_bytes / 1e9
+        )
     assert rows["v5p-8"]["$/h"] == cost.get_price("tpu-v5p-8").usd_per_hour == 16.80

@@ -8,16 +8,32 @@ import pytest
 
 from cookbook import models
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "description": "City name"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
-CALL = {"id": "call_1", "type": "function",
-        "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}},
+}
 SYSTEM = {"role": "system", "content": "You design digital circuits."}
 USER = {"role": "user", "content": "Write a 4-bit adder, naïve style 🙂"}
-ANSWER = {"role": "assistant", "content": "module add(input [3:0] a, b, output [4:0] y);\n  assign y = a + b;\nendmodule"}
+ANSWER = {
+    "role": "assistant",
+    "content": "module add(input [3:0] a, b, output [4:0] y);\n  assign y = a + b;\nendmodule",
+}
 THOUGHT = {**ANSWER, "reasoning_content": "A sum of two 4-bit values needs 5 bits."}
 
 # (name, messages, tools, enable_thinking, add_generation_prompt)
@@ -27,17 +43,38 @@ CASES = [
     ("generation prompt", [SYSTEM, USER], None, False, True),
     ("thinking", [SYSTEM, USER, THOUGHT], None, True, False),
     ("thinking prompt", [USER], None, True, True),
-    ("multi-turn thinking (earlier thoughts dropped)",
-     [USER, THOUGHT, {"role": "user", "content": "Now 8 bits."}, {**THOUGHT, "reasoning": "Widen to 9 bits."}],
-     None, True, False),
+    (
+        "multi-turn thinking (earlier thoughts dropped)",
+        [USER, THOUGHT, {"role": "user", "content": "Now 8 bits."}, {**THOUGHT, "reasoning": "Widen to 9 bits."}],
+        None,
+        True,
+        False,
+    ),
     ("tool call", [USER, {"role": "assistant", "content": "", "tool_calls": [CALL]}], [WEATHER], False, False),
-    ("tool response and answer",
-     [SYSTEM, USER, {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": [CALL]},
-      {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
-      {"role": "assistant", "content": "It is 18 C and sunny."}], [WEATHER], True, False),
-    ("tool response, generation continues",
-     [USER, {"role": "assistant", "content": "", "tool_calls": [CALL]},
-      {"role": "tool", "name": "get_weather", "content": '{"temp": 18}'}], [WEATHER], False, True),
+    (
+        "tool response and answer",
+        [
+            SYSTEM,
+            USER,
+            {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+            {"role": "assistant", "content": "It is 18 C and sunny."},
+        ],
+        [WEATHER],
+        True,
+        False,
+    ),
+    (
+        "tool response, generation continues",
+        [
+            USER,
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "tool", "name": "get_weather", "content": '{"temp": 18}'},
+        ],
+        [WEATHER],
+        False,
+        True,
+    ),
 ]
 
 
@@ -58,7 +95,8 @@ def test_the_shipped_template_is_trls_newest_gemma4_revision_byte_for_byte():
     assert len(revisions) >= 5, sorted(revisions)  # TRL 1.16 ships revisions 1-5
     newest = revisions[max(revisions)]
     assert models.CHAT_TEMPLATE_FILE.read_bytes() == newest.read_bytes(), (
-        f"TRL's newest Gemma 4 template is {newest.name}; copy it to {models.CHAT_TEMPLATE_FILE}")
+        f"TRL's newest Gemma 4 template is {newest.name}; copy it to {models.CHAT_TEMPLATE_FILE}"
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

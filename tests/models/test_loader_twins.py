@@ -50,20 +50,28 @@ def test_e2b_twin_matches_transformers_on_4x2_mesh(tiny_e2b_base, mesh_4x2):
     assert parity["control_over_bound"] >= core.CONTROL_SEPARATION, parity
     tokens, ref, floor = _reference(tiny_e2b_base, p)
     e, last = model.embedder, model.layers[-1]
-    controls = _controls(model, tokens, ref, floor, mesh_4x2, {
-        # HF packs per-layer inputs as (layers x dim); a wrong reshape feeds them to other layers.
-        "per-layer projection, layers reversed": (*_param(e.per_layer_model_projection.w), lambda w: w[:, ::-1]),
-        "per-layer embedding, layers reversed": (*_param(e.per_layer_input_embedding), lambda w: w[:, ::-1]),
-        "last layer's per-layer gate zeroed": (*_param(last.per_layer_input_gate.w), jnp.zeros_like),
-    })
+    controls = _controls(
+        model,
+        tokens,
+        ref,
+        floor,
+        mesh_4x2,
+        {
+            # HF packs per-layer inputs as (layers x dim); a wrong reshape feeds them to other layers.
+            "per-layer projection, layers reversed": (*_param(e.per_layer_model_projection.w), lambda w: w[:, ::-1]),
+            "per-layer embedding, layers reversed": (*_param(e.per_layer_input_embedding), lambda w: w[:, ::-1]),
+            "last layer's per-layer gate zeroed": (*_param(last.per_layer_input_gate.w), jnp.zeros_like),
+        },
+    )
     for name, c in controls.items():
         core.check_separated(c, name)
     # KV sharing: the shared sliding layers read layer 3 (the last non-shared sliding layer);
     # pointing them at layer 2, also sliding, must show.
     assert model.kv_cache_sharing_patterns == list(p.kv_source_layers) == [0, 1, 2, 3, 4, 3, 3, 3, 3, 4]
     saved = (list(model.kv_cache_sharing_patterns), set(model.shared_layer_origins))
-    model.kv_cache_sharing_patterns = [2 if s == 3 and i >= p.first_kv_shared_layer else s
-                                       for i, s in enumerate(saved[0])]
+    model.kv_cache_sharing_patterns = [
+        2 if s == 3 and i >= p.first_kv_shared_layer else s for i, s in enumerate(saved[0])
+    ]
     model.shared_layer_origins = saved[1] | {2}
     try:
         core.check_separated(core.compare(models.tunix_logits(model, tokens, mesh_4x2), ref, floor), "wrong KV source")
@@ -106,12 +114,19 @@ def test_26b_a4b_twin_matches_transformers_with_residual_routing(tiny_26b_a4b_ba
     assert parity["control_over_bound"] >= core.CONTROL_SEPARATION, parity
     tokens, ref, floor = _reference(tiny_26b_a4b_base, p)
     first, last = model.layers[0].moe, model.layers[-1].moe
-    controls = _controls(model, tokens, ref, floor, mesh_4x2, {
-        "per-expert scale dropped (last layer)": (*_param(last.per_expert_scale), jnp.ones_like),
-        "router scale dropped (last layer)": (*_param(last.router_scale), jnp.ones_like),
-        "gate and up swapped (last layer)": (*_param(last.gating_einsum), lambda w: w[:, ::-1]),
-        "experts' down projections permuted (first layer)": (*_param(first.linear), lambda w: w[::-1]),
-    })
+    controls = _controls(
+        model,
+        tokens,
+        ref,
+        floor,
+        mesh_4x2,
+        {
+            "per-expert scale dropped (last layer)": (*_param(last.per_expert_scale), jnp.ones_like),
+            "router scale dropped (last layer)": (*_param(last.router_scale), jnp.ones_like),
+            "gate and up swapped (last layer)": (*_param(last.gating_einsum), lambda w: w[:, ::-1]),
+            "experts' down projections permuted (first layer)": (*_param(first.linear), lambda w: w[::-1]),
+        },
+    )
     for name, c in controls.items():
         core.check_separated(c, name)
     routed = [(layer.moe.__class__, layer.moe_pre_ffw_norm.__class__) for layer in model.layers]
@@ -135,13 +150,18 @@ def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_
 
     p = models.get_preset("tiny_e2b")
     keys = models.read_checkpoint_index(tiny_e2b_base)
-    shared = [f"model.language_model.layers.{i}.self_attn.{n}.weight"
-              for i in range(p.first_kv_shared_layer, p.num_layers) for n in ("k_proj", "v_proj", "k_norm")]
+    shared = [
+        f"model.language_model.layers.{i}.self_attn.{n}.weight"
+        for i in range(p.first_kv_shared_layer, p.num_layers)
+        for n in ("k_proj", "v_proj", "k_norm")
+    ]
     assert not set(shared) & set(keys)  # what transformers wrote
     assert set(models.expected_hf_shapes(p)) == set(keys)  # every tensor expected, nothing more
     assert models.check_checkpoint_matches(tiny_e2b_base, p) == "model.language_model."
-    for missing in ("model.language_model.layers.3.self_attn.v_proj.weight",  # a non-shared layer's V
-                    "model.language_model.layers.7.per_layer_input_gate.weight"):
+    for missing in (
+        "model.language_model.layers.3.self_attn.v_proj.weight",  # a non-shared layer's V
+        "model.language_model.layers.7.per_layer_input_gate.weight",
+    ):
         bad = tmp_path / missing.split(".")[3]
         shutil.copytree(tiny_e2b_base, bad)
         index = json.loads((bad / "model.safetensors.index.json").read_text())
@@ -169,14 +189,19 @@ def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request)
     p = models.get_preset(name)
     model = models.load_tunix_model(base, p)
     tok = AutoTokenizer.from_pretrained(base)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Write a Verilog module named add8."}],
-                                     tokenize=False, add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Write a Verilog module named add8."}], tokenize=False, add_generation_prompt=True
+    )
     steps = 2 * p.sliding_window
     forbidden = [models.SPECIAL_TOKEN_IDS[t] for t in ("<|image|>", "<|video|>", "<|audio|>")]
     out = models.make_sampler(model, tok, cache_size=256)(
-        [prompt], max_generation_steps=steps, temperature=0.0, echo=True,
+        [prompt],
+        max_generation_steps=steps,
+        temperature=0.0,
+        echo=True,
         eos_tokens=[p.vocab_size],  # an id no token has: no early stop, every step is checked
-        forbidden_tokens=forbidden)
+        forbidden_tokens=forbidden,
+    )
     seq = np.asarray(out.tokens[0])
     n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
     assert len(seq) == n_prompt + steps > p.sliding_window
@@ -184,7 +209,7 @@ def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request)
     floor = core.float32_floor(ref[None], models.transformers_logits(base, seq[None], dtype="float64"))
     bound = core.PARITY_FACTOR * floor.max_abs
     picked = seq[n_prompt:]
-    logits = ref[n_prompt - 1:-1].copy()  # the logits each generated token was chosen from
+    logits = ref[n_prompt - 1 : -1].copy()  # the logits each generated token was chosen from
     logits[:, forbidden] = -np.inf  # as the sampler masks them
     top2 = np.sort(logits, axis=-1)[:, -2:]
     disagree = np.flatnonzero(picked != logits.argmax(-1))

@@ -25,8 +25,9 @@ def test_quickstart_records_parity_on_another_mesh(tmp_path):
 def test_quickstart_runs_each_structural_twin(tmp_path, preset):
     """The E2B/E4B twin (per-layer inputs, KV-shared layers) and the 26B-A4B twin (experts) through
     the same notebook: Tunix matches transformers within the float32 bound, and it samples."""
-    results = run_notebook("00_quickstart", tmp_path, MODEL_PRESET=preset, MESH_FSDP=2, MESH_TP=2, PARITY_BATCH=1,
-                           MAX_NEW_TOKENS=4)
+    results = run_notebook(
+        "00_quickstart", tmp_path, MODEL_PRESET=preset, MESH_FSDP=2, MESH_TP=2, PARITY_BATCH=1, MAX_NEW_TOKENS=4
+    )
     parity = results["parity"]
     assert results["preset"] == preset and parity["max_abs_diff"] <= parity["bound_max_abs"]
     assert parity["control_over_bound"] >= 100 and parity["argmax_agreement"] == 1.0

@@ -34,11 +34,14 @@ def test_notebook_04_remat_and_plans(tmp_path):
     assert r["search_31b"]["v5p-8"]["ranked"][0] == fit.load_plan_results("gemma4_31b")["recommended"]["v5p-8"]["from"]
     assert all("does not" in why for why in r["search_31b"]["v5p-8"]["dropped"].values())
     assert r["cheapest_31b"]["slice"] in fit.SINGLE_HOST_SLICES and r["cheapest_31b"]["usd_per_million_tokens"] > 0
-    assert r["extrapolation_check"] and all(abs(v["flops_per_chip"]["relative_error"]) < 1e-4  # measured <= 7e-6
-                                            for v in r["extrapolation_check"])
+    assert r["extrapolation_check"] and all(
+        abs(v["flops_per_chip"]["relative_error"]) < 1e-4  # measured <= 7e-6
+        for v in r["extrapolation_check"]
+    )
     # Section 5: every released size on every single-host slice, read from the committed searches.
     family = r["family_table"]
     assert family == fit.family_table()
     assert {(row["preset"], row["slice"]) for row in family} == {
-        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES}
+        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES
+    }
     assert all(row["fits"] or row["what would fit"] for row in family)

@@ -10,8 +10,9 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     # training config is the tiny recipe's, so the suite's cached run (shared with the tests
     # of notebooks 07/08; the demo test trains its own on a fresh cache) is reused when present.
     # MULTIHOST_PROCESSES=0: the two-process run is tests/train/test_multihost.py's (and the demo's).
-    res = run_notebook("06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1,
-                       MULTIHOST_PROCESSES=0)
+    res = run_notebook(
+        "06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1, MULTIHOST_PROCESSES=0
+    )
     assert res["num_eval_rows"] == 100
     assert res["base_accuracy"] <= 0.05
     assert res["finetuned_accuracy"] >= 0.8
@@ -26,11 +27,18 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     assert res["finetuned_functional_pass1"] >= res["finetuned_accuracy"]
     assert sum(res["finetuned_outcomes"].values()) == 100 and res["scorer_samples_per_s"] > 0
     assert [(e["exact_match"], e["outcome"]) for e in res["metric_examples"]] == [
-        (True, "pass"), (False, "pass"), (False, "mismatch"), (False, "compile_error"), (False, "compile_error")]
+        (True, "pass"),
+        (False, "pass"),
+        (False, "mismatch"),
+        (False, "compile_error"),
+        (False, "compile_error"),
+    ]
     # Section 11: the thinking variant (the tests/evaluate fixture's run, shared through the cache)
     # thinks its spec's sentence, then writes the module; only the module is scored.
     assert res["thinking_seq_len"] == 200 and res["thinking_steps"] == res["max_steps"]
     assert res["thinking_pass1"] >= 0.8 and res["thinking_thoughts_right"] >= 0.9
     base_row, tuned_row = res["quality"]
-    assert tuned_row["greedy_pass@1"] == res["finetuned_functional_pass1"] and tuned_row["recipe"] == "TPU recipe (Tunix)"
+    assert (
+        tuned_row["greedy_pass@1"] == res["finetuned_functional_pass1"] and tuned_row["recipe"] == "TPU recipe (Tunix)"
+    )
     assert base_row["exact_match"] == res["base_accuracy"]

@@ -7,11 +7,19 @@ from nbutil import run_notebook
 @pytest.mark.slow
 def test_notebook_08_serves_the_fine_tuned_model(tmp_path):
     got = run_notebook(
-        "08_serving", tmp_path,
-        NUM_EVAL_ROWS=32, PARITY_PROMPTS=2, SERVE_LORA=False,  # LoRA serving: tests/serve/test_serve.py
-        PASS_K_ROWS=16, GPU_RECIPE_JSON="no-such-file.json",
-        BENCH_PROMPTS=8, BENCH_INPUT_LEN=24, BENCH_OUTPUT_LEN=12, BENCH_CONCURRENCY=[1, 4],
-        VLLM_BENCH_CHECK=False, PAPER_BURST=False,
+        "08_serving",
+        tmp_path,
+        NUM_EVAL_ROWS=32,
+        PARITY_PROMPTS=2,
+        SERVE_LORA=False,  # LoRA serving: tests/serve/test_serve.py
+        PASS_K_ROWS=16,
+        GPU_RECIPE_JSON="no-such-file.json",
+        BENCH_PROMPTS=8,
+        BENCH_INPUT_LEN=24,
+        BENCH_OUTPUT_LEN=12,
+        BENCH_CONCURRENCY=[1, 4],
+        VLLM_BENCH_CHECK=False,
+        PAPER_BURST=False,
     )
     assert got["num_eval_rows"] == 32
     # Through the server, the fine-tuned accuracy is the JAX model's, completion for completion.

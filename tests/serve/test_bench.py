@@ -10,8 +10,12 @@ from cookbook import merge, serve
 
 
 def test_summarize_percentiles_and_throughput():
-    results = [serve.RequestResult(ok=True, prompt_len=4, output_tokens=11, ttft_s=0.01 * (i + 1),
-                                   e2e_s=0.01 * (i + 1) + 1.0, itl_s=[0.1] * 10) for i in range(100)]
+    results = [
+        serve.RequestResult(
+            ok=True, prompt_len=4, output_tokens=11, ttft_s=0.01 * (i + 1), e2e_s=0.01 * (i + 1) + 1.0, itl_s=[0.1] * 10
+        )
+        for i in range(100)
+    ]
     results.append(serve.RequestResult(ok=False, prompt_len=4, error="HTTP 500: boom"))
     s = serve.summarize(results, 10.0, label="x", concurrency=4)
     assert (s["num_requests"], s["num_ok"], s["errors"]) == (101, 100, ["HTTP 500: boom"])
@@ -60,9 +64,13 @@ def test_load_generator_against_vllm(vllm_lora_server):
     assert paced["num_ok"] == 6 and paced["request_rate"] == 20.0
     bad = serve.run_point(server.base_url, "base", prompts[:2], 4, api_key="wrong-key")
     assert bad["num_ok"] == 0 and "HTTP 401" in bad["errors"][0]
-    burst = serve.run_scenario(server.base_url, "base",
-                               serve.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
-                               vocab_size=1024, api_key=server.api_key)
+    burst = serve.run_scenario(
+        server.base_url,
+        "base",
+        serve.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
+        vocab_size=1024,
+        api_key=server.api_key,
+    )
     assert burst["num_ok"] == 8 and burst["scenario"]["name"] == "mini_burst"
 
 
@@ -72,9 +80,32 @@ def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("BENCH_TEST_KEY", vllm_lora_server.api_key)
     out = tmp_path / "b.json"
-    assert harness.main(["bench", "--base-url", vllm_lora_server.base_url, "--model", "base", "--vocab-size", "1024",
-                     "--input-len", "8", "--output-len", "3", "--num-prompts", "4", "--concurrency", "2",
-                     "--api-key-env", "BENCH_TEST_KEY", "--out", str(out)]) == 0
+    assert (
+        harness.main(
+            [
+                "bench",
+                "--base-url",
+                vllm_lora_server.base_url,
+                "--model",
+                "base",
+                "--vocab-size",
+                "1024",
+                "--input-len",
+                "8",
+                "--output-len",
+                "3",
+                "--num-prompts",
+                "4",
+                "--concurrency",
+                "2",
+                "--api-key-env",
+                "BENCH_TEST_KEY",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "TTFT p50" in capsys.readouterr().out
     point = json.loads(out.read_text())[0]
     assert (point["num_ok"], point["output_tokens"], point["concurrency"]) == (4, 12, 2)
@@ -84,10 +115,19 @@ def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
 def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
     """Same point, vLLM's benchmark and ours: same token counts, throughput within 2x (noisy host)."""
     server = vllm_lora_server
-    theirs = serve.vllm_bench_point(server.base_url, "base", server.config.model_dir, input_len=24,
-                                    output_len=16, num_prompts=16, concurrency=4, api_key=server.api_key)
-    ours = serve.run_point(server.base_url, "base", serve.random_prompts(1024, 16, 24), 16, concurrency=4,
-                           api_key=server.api_key)
+    theirs = serve.vllm_bench_point(
+        server.base_url,
+        "base",
+        server.config.model_dir,
+        input_len=24,
+        output_len=16,
+        num_prompts=16,
+        concurrency=4,
+        api_key=server.api_key,
+    )
+    ours = serve.run_point(
+        server.base_url, "base", serve.random_prompts(1024, 16, 24), 16, concurrency=4, api_key=server.api_key
+    )
     assert theirs["completed"] == 16 and theirs["total_output_tokens"] == ours["output_tokens"] == 256
     ratios = serve.compare_with_vllm_bench(ours, theirs)
     assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, ratios
@@ -129,9 +169,13 @@ def test_no_api_key_reaches_bench_json_or_the_table(misbehaving_server, tmp_path
     reaches the record, bench.json or what is printed, while the error still says what went wrong."""
     key = "sk-cookbook-" + "7f3a9c" * 4
     malformed = misbehaving_server(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")
-    echoing = misbehaving_server(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 47\r\nConnection: close\r\n\r\n"
-                                 + f"bad token: Bearer {key}"[:47].ljust(47).encode())
-    points = [serve.run_point(url, "base", [[40, 41, 42]], 2, api_key=key, timeout_s=30) for url in (malformed, echoing)]
+    echoing = misbehaving_server(
+        b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 47\r\nConnection: close\r\n\r\n"
+        + f"bad token: Bearer {key}"[:47].ljust(47).encode()
+    )
+    points = [
+        serve.run_point(url, "base", [[40, 41, 42]], 2, api_key=key, timeout_s=30) for url in (malformed, echoing)
+    ]
     print(serve.table(points), points)
     out = serve.write_json(tmp_path / "bench.json", points)
     printed = capsys.readouterr().out

@@ -25,9 +25,13 @@ def _fake_adapter(path: Path, rank: int = 16) -> Path:
     from safetensors.torch import save_file
 
     path.mkdir(parents=True)
-    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.ones(rank, 128),
-               "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.ones(256, rank)},
-              str(path / "adapter_model.safetensors"))
+    save_file(
+        {
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.ones(rank, 128),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.ones(256, rank),
+        },
+        str(path / "adapter_model.safetensors"),
+    )
     (path / "adapter_config.json").write_text(json.dumps({"r": rank, "lora_alpha": 2 * rank}))
     return path
 
@@ -126,13 +130,23 @@ def test_vllms_gemma4_parsers_read_the_tiny_tokenizers_own_token_ids(tiny_text_b
     output = f"<|channel>thought\n{thought}\n<channel|>{answer}"
     assert [s.strip() for s in parser.extract_reasoning(output, request)] == [thought, answer]
     plain = ChatCompletionRequest(model="m", messages=row["messages"][:1])
-    assert ReasoningParserManager.get_reasoning_parser("gemma4")(tokenizer).extract_reasoning(answer, plain) \
-        == (None, answer)  # no thought: all of it is the answer
-    tools = [{"type": "function", "function": {"name": "simulate", "parameters": {
-        "type": "object", "properties": {"module": {"type": "string"}}}}}]
+    assert ReasoningParserManager.get_reasoning_parser("gemma4")(tokenizer).extract_reasoning(answer, plain) == (
+        None,
+        answer,
+    )  # no thought: all of it is the answer
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "simulate",
+                "parameters": {"type": "object", "properties": {"module": {"type": "string"}}},
+            },
+        }
+    ]
     request = ChatCompletionRequest(model="m", messages=row["messages"][:1], tools=tools)
     calls = ToolParserManager.get_tool_parser("gemma4")(tokenizer, tools=request.tools).extract_tool_calls(
-        '<|tool_call>call:simulate{module:<|"|>alu_sum<|"|>}<tool_call|>', request)
+        '<|tool_call>call:simulate{module:<|"|>alu_sum<|"|>}<tool_call|>', request
+    )
     assert calls.tools_called and calls.tool_calls[0].function.name == "simulate"
     assert json.loads(calls.tool_calls[0].function.arguments) == {"module": "alu_sum"}
 
@@ -202,7 +216,8 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     budget = serve.answer_budget(tokenizer, rows)
     parity = serve.compare_greedy(
         serve.served_completions(client, "verilog", prompts, max_tokens=budget),
-        serve.hf_greedy(merged, prompts, max_new_tokens=budget))
+        serve.hf_greedy(merged, prompts, max_new_tokens=budget),
+    )
     assert parity["all_equal"], parity["first_difference"]
     assert data.exact_match(tuned["completions"][0], rows[0]) == tuned["per_row"][0]
 

@@ -21,8 +21,9 @@ def test_merged_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
     ev = twins.jax_eval(name)  # before the server starts: not computed beside ~3 GB of vLLM
     rows = ev["rows"]
     tokenizer = AutoTokenizer.from_pretrained(str(merged))
-    server = serve.start_server(serve.ServeConfig(model_dir=str(merged), served_model_name=name,
-                                                  max_model_len=512, startup_timeout_s=600))
+    server = serve.start_server(
+        serve.ServeConfig(model_dir=str(merged), served_model_name=name, max_model_len=512, startup_timeout_s=600)
+    )
     try:
         client = server.client()
         served = serve.served_exact_match(client, name, tokenizer, rows)
@@ -31,9 +32,12 @@ def test_merged_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
         greedy = serve.served_completions(client, name, prompts, max_tokens=budget)
     finally:
         server.stop()
-    print(name, f"vLLM start {server.startup_s:.0f} s; exact match vLLM {served['accuracy']:.2f}, "
-          f"JAX {ev['tuned']['accuracy']:.2f}; completions agree on "
-          f"{serve.agreement(served['completions'], ev['tuned']['completions']):.2f}")
+    print(
+        name,
+        f"vLLM start {server.startup_s:.0f} s; exact match vLLM {served['accuracy']:.2f}, "
+        f"JAX {ev['tuned']['accuracy']:.2f}; completions agree on "
+        f"{serve.agreement(served['completions'], ev['tuned']['completions']):.2f}",
+    )
     jax_rows = [data.exact_match(c, r) for c, r in zip(ev["tuned"]["completions"], rows, strict=True)]
     assert served["per_row"] == jax_rows
     assert served["accuracy"] == ev["tuned"]["accuracy"] > 0
@@ -49,5 +53,7 @@ def test_lora_on_the_moe_twin_is_refused_before_starting(tiny_26b_a4b_base, tmp_
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16}')
     config = serve.ServeConfig(model_dir=str(text), lora_modules=(("a", str(adapter)),))
-    with pytest.raises(serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged.*without --lora"):
+    with pytest.raises(
+        serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged.*without --lora"
+    ):
         serve.start_server(config)

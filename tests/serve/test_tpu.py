@@ -19,12 +19,13 @@ def test_tensor_parallel_size_follows_the_heads():
 
 @pytest.mark.slow
 def test_tpu_command_flags_pass_vllms_own_parser(tmp_path):
-    cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog", max_model_len=4096,
-                            api_key_env="MY_KEY")
+    cfg = serve.ServeConfig(
+        model_dir=str(tmp_path), served_model_name="verilog", max_model_len=4096, api_key_env="MY_KEY"
+    )
     argv = serve.tpu_command(cfg, "gemma4_31b", serve.TpuServeConfig(chips=8))
     assert argv[:2] == ["docker", "run"] and f"{tmp_path.resolve()}:/models/model:ro" in argv
     assert argv[argv.index("-e") + 1] == "VLLM_API_KEY"  # the name alone (test_the_api_key_is_in_no_argv)
-    ns = serve.parse_tpu_args(argv[argv.index("serve") + 1:])
+    ns = serve.parse_tpu_args(argv[argv.index("serve") + 1 :])
     assert (ns.tensor_parallel_size, ns.kv_cache_dtype, ns.max_model_len) == (8, "fp8", 4096)
     assert (ns.model, ns.host, ns.port, ns.served_model_name) == ("/models/model", "127.0.0.1", 8000, ["verilog"])
     script = serve.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
@@ -63,16 +64,21 @@ def test_the_api_key_is_in_no_argv_and_in_no_generated_text(tmp_path):
     secret = "sk-tpu-" + "5be1" * 6
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "docker").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD.argv"\n'
-                                   'printf "%s" "${VLLM_API_KEY-unset}" > "$RECORD.key"\n')
+    (bin_dir / "docker").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD.argv"\nprintf "%s" "${VLLM_API_KEY-unset}" > "$RECORD.key"\n'
+    )
     (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")  # healthy at once
     for tool in ("docker", "curl"):
         (bin_dir / tool).chmod(0o755)
     cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog", api_key_env="MY_KEY")
     argv = serve.tpu_command(cfg, "gemma4_31b")
     script = serve.write_tpu_script(tmp_path / "serve.sh", cfg, "gemma4_31b")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD": str(tmp_path / "docker"),
-           "MY_KEY": secret}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "RECORD": str(tmp_path / "docker"),
+        "MY_KEY": secret,
+    }
     env.pop("VLLM_API_KEY", None)
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr

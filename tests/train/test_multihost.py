@@ -33,18 +33,36 @@ STEPS = ["--max-steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--chec
 
 def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COOKBOOK_") or k == "COOKBOOK_CACHE"}
-    env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
-               COOKBOOK_DISTRIBUTED_TIMEOUT="120")
+    env.update(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+        COOKBOOK_DISTRIBUTED_TIMEOUT="120",
+    )
     return env
 
 
 def _train(out: Path, mesh: str, *, processes: int = 1) -> subprocess.CompletedProcess:
     args = ["train", "--preset", "tiny", "--mesh", mesh, *STEPS, "--out", str(out)]
     if processes > 1:
-        args = ["launch", "--processes", str(processes), "--devices-per-process", str(DEVICES // processes),
-                "--timeout", "600", "--", *args]
-    return subprocess.run([sys.executable, "-m", "cookbook", *args], cwd=REPO, env=_env(DEVICES // processes),
-                          capture_output=True, text=True, timeout=900)
+        args = [
+            "launch",
+            "--processes",
+            str(processes),
+            "--devices-per-process",
+            str(DEVICES // processes),
+            "--timeout",
+            "600",
+            "--",
+            *args,
+        ]
+    return subprocess.run(
+        [sys.executable, "-m", "cookbook", *args],
+        cwd=REPO,
+        env=_env(DEVICES // processes),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _update_diff(a: dict, b: dict, start: dict) -> float:
@@ -94,10 +112,36 @@ def test_two_processes_train_what_one_process_trains(runs):
 @pytest.mark.slow
 def test_killed_process_stops_the_job_and_a_rerun_resumes_exactly(runs, tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "cookbook", "launch", "--processes", "2", "--devices-per-process", str(DEVICES // 2),
-           "--timeout", "600", "--", "train", "--preset", "tiny", "--mesh", "2x2", *STEPS, "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(DEVICES // 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "cookbook",
+        "launch",
+        "--processes",
+        "2",
+        "--devices-per-process",
+        str(DEVICES // 2),
+        "--timeout",
+        "600",
+        "--",
+        "train",
+        "--preset",
+        "tiny",
+        "--mesh",
+        "2x2",
+        *STEPS,
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=_env(DEVICES // 2),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     pids = {}
     for line in proc.stdout:  # the launcher names each process's pid first
         if line.startswith("[launch] process "):
@@ -165,8 +209,16 @@ def test_processes_that_disagree_and_an_unreachable_coordinator_are_named():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", _DISAGREE, f"127.0.0.1:{port}", str(i)], env=_env(1),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _DISAGREE, f"127.0.0.1:{port}", str(i)],
+            env=_env(1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     for out in outs:
         assert "REFUSED the processes disagree on the config: processes [1] differ from process 0" in out, out[-2000:]

@@ -45,7 +45,11 @@ def test_presets_carry_the_papers_hyperparameters():
     assert big.data.batch_size * big.grad_accum_steps == 8 and big.data.batch_size == layout["batch_size"]
     assert (big.weight_decay, big.max_grad_norm, big.data.seq_len) == (0.001, None, 4096)
     assert (big.mesh_fsdp, big.mesh_tp, big.remat, big.flash_attention) == (
-        layout["mesh_fsdp"], layout["mesh_tp"], layout["remat"], layout["flash_attention"])
+        layout["mesh_fsdp"],
+        layout["mesh_tp"],
+        layout["remat"],
+        layout["flash_attention"],
+    )
     assert set(big.lora.targets) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     tiny = train.train_preset("tiny")
     assert tiny.model_preset == "tiny" and tiny.mesh_fsdp * tiny.mesh_tp == 1
@@ -55,7 +59,6 @@ def test_presets_carry_the_papers_hyperparameters():
         tiny.replace(warmup_steps=tiny.max_steps)
     with pytest.raises(ValueError, match="Unknown model preset"):
         tiny.replace(model_preset="gemma5")
-
 
 
 @pytest.mark.jax_only
@@ -82,14 +85,26 @@ def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp
 
     data_file = tmp_path / "rows.jsonl"
     data_file.write_text('{"q": "a", "a": "b"}\n')
-    argv = ["train", "--preset", "tiny", "--data", str(data_file), "--format", "columns", "--columns", "prompt=q,response=a"]
+    argv = [
+        "train",
+        "--preset",
+        "tiny",
+        "--data",
+        str(data_file),
+        "--format",
+        "columns",
+        "--columns",
+        "prompt=q,response=a",
+    ]
     config = train.config_from_args(harness.build_parser("train").parse_args(argv))
     assert (config.data.data_format, config.data.columns) == ("columns", {"prompt": "q", "response": "a"})
     command = train.cli_command(config, out="runs/x")
     assert "--format columns --columns prompt=q,response=a" in command
     again = train.config_from_args(harness.build_parser("train").parse_args(command.split()[1:]))
     assert again == config and train.TrainConfig.from_dict(config.to_dict()) == config
-    assert train.cache_key(config) != train.cache_key(config.replace(data=dataclasses.replace(config.data, columns="prompt=a,response=q")))
+    assert train.cache_key(config) != train.cache_key(
+        config.replace(data=dataclasses.replace(config.data, columns="prompt=a,response=q"))
+    )
 
 
 @pytest.mark.jax_only
@@ -383,8 +398,10 @@ def test_a_torn_metrics_line_is_skipped_and_the_next_record_lands_whole(tmp_path
     from cookbook.train._trainer import _JsonlBackend
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "name": "train/loss", "value": 2.5}\n{"step": 2, "name": "train/loss", "value": 2.0}\n'
-                    '{"step": 3, "name": "train/lo')
+    path.write_text(
+        '{"step": 1, "name": "train/loss", "value": 2.5}\n{"step": 2, "name": "train/loss", "value": 2.0}\n'
+        '{"step": 3, "name": "train/lo'
+    )
     with pytest.warns(UserWarning, match=r"metrics\.jsonl:3: skipped"):
         assert train.read_metrics(tmp_path) == {"train/loss": [(1, 2.5), (2, 2.0)]}
     backend = _JsonlBackend(path)  # a resumed run appends
@@ -398,6 +415,7 @@ def test_a_torn_metrics_line_is_skipped_and_the_next_record_lands_whole(tmp_path
 
 
 # --- QLoRA: it resumes like LoRA, and it learns the sample task (issue 14's bar) ---
+
 
 def _is_quantized(model) -> bool:
     """Whether the frozen base of ``model`` is Qwix-quantized (its projections hold ``qvalue``s)."""
@@ -425,7 +443,10 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     shutil.rmtree(cut / "checkpoints" / str(steps[-1]))
     again = train.train(config, cut, progress=False)
     assert (again.resumed_from, again.final_step) == (steps[-2], config.max_steps)
-    whole, resumed = train.lora_arrays(train.restore_lora_model(q_run)), train.lora_arrays(train.restore_lora_model(cut))
+    whole, resumed = (
+        train.lora_arrays(train.restore_lora_model(q_run)),
+        train.lora_arrays(train.restore_lora_model(cut)),
+    )
     assert whole.keys() == resumed.keys() and whole
     for k in whole:
         np.testing.assert_array_equal(whole[k], resumed[k], err_msg=k)  # one process: bit-identical
@@ -437,8 +458,9 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     assert _is_quantized(trained) and not _is_quantized(train.restore_lora_model(q_run, dense_base=True))
     q = train.evaluate(trained, tokenizer, rows, batch_size=50)
     # The quantized base (a LoRA of zeros on it) shares the QLoRA model's sampler.
-    base = train.evaluate(train.build_lora_model(config, base_dir), tokenizer, rows, batch_size=50,
-                          sampler=q["sampler"])
+    base = train.evaluate(
+        train.build_lora_model(config, base_dir), tokenizer, rows, batch_size=50, sampler=q["sampler"]
+    )
     print(f"exact match on {len(rows)} held-out rows: QLoRA nf4 {q['accuracy']:.1%}, base {base['accuracy']:.1%}")
     assert q["accuracy"] >= 0.80
     assert base["accuracy"] <= 0.05  # the control: what it learned, the base does not know
