@@ -1,11 +1,12 @@
-# The two commands a new user runs (README.md): `make demo` and `make test`.
+# The two commands a new user runs (README.md): `make demo` and `make test`; `make check` is the
+# inner loop (lint, format, the structure tests and every test not marked slow; under 5 minutes).
 # `make demo ARGS="--only 00 09"` passes options to `cookbook demo`.
 # Both create .venv from requirements.txt first if needed (idempotent: seconds when done);
 # `make test` also sets up what only the tests need (setup-test).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test setup setup-test lint clean-cache
+.PHONY: demo test check setup setup-test lint clean-cache
 
 # Icarus Verilog scores the notebooks' generated Verilog (apt-get on Debian, once per machine).
 demo: setup
@@ -14,6 +15,14 @@ demo: setup
 
 test: setup setup-test
 	bash scripts/run_tests.sh
+
+RUFF_PATHS := cookbook tests benchmarks notebooks scripts
+
+check: setup
+	bash scripts/setup_env.sh --system iverilog
+	$(VENV)/bin/ruff check $(RUFF_PATHS)
+	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
+	bash scripts/run_tests.sh -m "not slow" $(ARGS)
 
 setup:
 	bash scripts/setup_env.sh
@@ -25,7 +34,7 @@ setup-test:
 	bash scripts/setup_env.sh --tpu-host
 
 lint: setup
-	$(VENV)/bin/ruff check cookbook tests benchmarks notebooks scripts
+	$(VENV)/bin/ruff check $(RUFF_PATHS)
 
 clean-cache:
 	rm -rf .cache runs

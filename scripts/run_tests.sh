@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit tests, papermill runs of every notebook with
-# non-default parameters (tests/notebooks/), `make demo` on a fresh cache, which runs every
-# notebook as committed (tests/harness/test_make_demo.py), and the browser tests. With no
-# arguments, two streams side by side (see below): everything else, and beside it the main job,
-# the JAX-side tests (marker jax_only) in the TPU-host environment (.venv-tpuhost: the newest
-# Python here, constraints/tpu-host.txt, no torch, no vLLM) and the multi-process tests. With arguments, one pytest run of
-# those (e.g. `scripts/run_tests.sh tests/fit -k plan`); `--tpu-host`: the TPU-host pass alone.
+# non-default parameters (tests/notebooks/), `make demo` on the suite's cache (empty in a fresh
+# clone), which runs every notebook as committed (tests/harness/test_make_demo.py), the browser
+# tests, and the JAX-side tests (marker jax_only) again in the TPU-host environment (.venv-tpuhost:
+# the newest Python here, constraints/tpu-host.txt, no torch, no vLLM). With no arguments, two
+# streams side by side (see below). With arguments, one pytest run of those (e.g.
+# `scripts/run_tests.sh tests/fit -k plan`, or `-m "not slow"`: `make check`); `--tpu-host`: the
+# TPU-host pass alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${COOKBOOK_VENV:-.venv}
@@ -19,7 +20,7 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu}
 export COOKBOOK_CACHE=${COOKBOOK_CACHE:-$PWD/.cache/cookbook}
 export TOKENIZERS_PARALLELISM=false
-# Per-test wall and CPU seconds (tests/profiling.py), one file per stream; scripts/test_profile.py
+# Per-test wall and CPU seconds (tests/profiling.py), one file per stream; scripts/profile_tests.py
 # prints them.
 PROFILE_DIR=${COOKBOOK_TEST_PROFILE_DIR:-$PWD/.cache/test-profile}
 
@@ -74,41 +75,33 @@ if [[ $# -gt 0 ]]; then  # a chosen subset: one pytest run, as asked
   exec "$VENV/bin/pytest" "${where[@]}" -p no:cacheprovider --durations=25 "$@"
 fi
 
-# The whole suite, in two streams. Run as one stream, the suite kept about one of the two cores
-# busy (44.5 CPU-min in 47 min wall), so a second stream runs beside the first, niced so the
-# timed tests (benchmarks) in the first keep their core: the main job (`make demo` on a fresh
-# cache, its notebooks in two lanes, ~8-9 minutes beside the first stream) and the browser test
-# of its report; then the structural twins' train -> merge -> serve -> GPU-parity tests (their
-# two short runs, ~4 CPU-minutes), notebook 08's papermill test and the training tests
-# (tests/train/test_train.py: short runs, SIGKILL and resume, the 200-step QLoRA accuracy run);
-# then the TPU-host pass, last, so that the programs the training tests compiled are in the
-# compilation cache it shares. Measured 2026-12-03 (a33ca51, quiet 2-core host): the first
-# stream ended at 25.5 min and this one at 21.5, with the training tests in the first stream's
-# last 2 minutes, alone: moved here. (The layout search's tests here too, tried 2026-12-02: this
-# stream then ended last, 30.6 min against 29.4 with them in the first.) None of these shares
-# state with the first stream but the base checkpoints, the tiny bf16 fine-tune (the QLoRA test
-# compares with it, notebook 08 serves it), whose builds are locked, and the compilation cache.
-# Their output follows the first stream's. 2026-12-03 (a624a48, with issue 29's thinking run and
-# the demo's thinking sections): the first stream ended at 48.3 min, this one at 25.6; the
-# multi-process training tests (~400 s of the first stream's wall) and the layout search's
-# (~185 s) moved here: 7c00b83 ended the first at 34.3 min and this one at 51, so the layout
-# search's went back (not yet measured so).
-LATER_TESTS=(tests/train/test_train_twins.py tests/merge/test_merge_twins.py tests/serve/test_serve_twins.py
-             tests/gpu/test_parity_twins.py tests/notebooks/test_nb_08_serving.py tests/train/test_train.py
-             tests/train/test_multihost.py)
-SIDE_TESTS=(tests/harness/test_make_demo.py tests/harness/test_browser.py::test_report_in_a_browser
-            "${LATER_TESTS[@]}")
-side_stream() {  # runs in its own subshell (&): niced, and everything it starts with it
-  local rc=0
-  renice -n 10 -p "$BASHPID" >/dev/null
-  echo "run_tests: the main job's tests"
-  export COOKBOOK_TEST_STREAM=second COOKBOOK_TEST_PROFILE=$PROFILE_DIR/second.jsonl
-  "$VENV/bin/pytest" "${SIDE_TESTS[@]:0:2}" -p no:cacheprovider --durations=5 \
-    || { rc=$?; echo "run_tests: the main job's tests FAILED (exit $rc)"; }
-  COOKBOOK_TEST_PROFILE=$PROFILE_DIR/second.jsonl "$VENV/bin/pytest" "${LATER_TESTS[@]}" -p no:cacheprovider --durations=15 \
-    || { rc=$?; echo "run_tests: the twins', notebook 08's and the training tests FAILED (exit $rc)"; }
-  tpu_host_pass || { rc=$?; echo "run_tests: the TPU-host pass FAILED (exit $rc)"; }
+# The whole suite, in two streams side by side, one pytest process each (one stream kept about one
+# of the two cores busy). scripts/profile_tests.py --split balances them from the committed
+# per-file profile (tests/profile.json, rewritten from a run's .cache/test-profile/ with
+# `scripts/profile_tests.py --json tests/profile.json`): the second starts with the main job
+# (`make demo` on the suite's cache, which a fresh clone starts empty, and the browser test of its
+# report), so that what it trains is what the suite's shared runs reuse (tests/userenv.py); files
+# sharing an in-memory fixture stay together; the TPU-host pass ends whichever stream ends sooner
+# without it (it shares the compilation cache the training tests filled). The second stream is
+# niced, with everything it starts. Its output follows the first's.
+mapfile -t STREAMS < <("$VENV/bin/python" scripts/profile_tests.py --split)
+run_stream() {  # run_stream NAME FILE... (the entry tpu-host: the TPU-host pass, after the files)
+  local name=$1 rc=0 files=() f tpu=0
+  shift
+  for f in "$@"; do [[ "$f" == tpu-host ]] && tpu=1 || files+=("$f"); done
+  echo "run_tests: the $name stream: ${#files[@]} files$( ((tpu)) && echo ', then the TPU-host pass')"
+  COOKBOOK_TEST_STREAM=$name COOKBOOK_TEST_PROFILE=$PROFILE_DIR/$name.jsonl \
+    "$VENV/bin/pytest" "${files[@]}" -p no:cacheprovider --durations=20 \
+    || { rc=$?; echo "run_tests: the $name stream's tests FAILED (exit $rc)"; }
+  if ((tpu)); then
+    tpu_host_pass || { rc=$?; echo "run_tests: the TPU-host pass FAILED (exit $rc)"; }
+  fi
   return $rc
+}
+side_stream() {  # runs in its own subshell (&): niced, and everything it starts with it
+  renice -n 10 -p "$BASHPID" >/dev/null
+  read -ra second <<<"${STREAMS[1]}"
+  run_stream second "${second[@]}"
 }
 rm -rf "$PROFILE_DIR" && mkdir -p "$PROFILE_DIR"
 side_log=$(mktemp)
@@ -118,20 +111,19 @@ side_pid=$!
 set +m
 trap 'kill -- -$side_pid 2>/dev/null || true' EXIT
 main_rc=0
-ignore_later=()
-for t in "${LATER_TESTS[@]}"; do ignore_later+=(--ignore="$t"); done
-COOKBOOK_TEST_STREAM=first COOKBOOK_TEST_PROFILE=$PROFILE_DIR/first.jsonl \
-  "$VENV/bin/pytest" tests -p no:cacheprovider --durations=25 --ignore=tests/harness/test_make_demo.py \
-  "${ignore_later[@]}" --deselect tests/harness/test_browser.py::test_report_in_a_browser \
-  || main_rc=$?
+read -ra first <<<"${STREAMS[0]}"
+run_stream first "${first[@]}" || main_rc=$?
 side_rc=0
 wait $side_pid || side_rc=$?
 trap - EXIT
-echo "run_tests: the second stream (${SIDE_TESTS[*]}, and the TPU-host pass), run beside the first:"
+echo "run_tests: the second stream, run beside the first:"
 cat "$side_log"
 rm -f "$side_log"
+echo "run_tests: where the time went (scripts/profile_tests.py $PROFILE_DIR for more)"
+"$VENV/bin/python" scripts/profile_tests.py "$PROFILE_DIR" --top 10 || true
 if ((side_rc)); then
   echo "run_tests: the second stream FAILED (exit $side_rc); see its output above" >&2
 fi
+"$VENV/bin/python" scripts/profile_tests.py "$PROFILE_DIR" --closing-line || true
 ((main_rc == 0)) || exit $main_rc
 exit $side_rc

@@ -4,7 +4,7 @@ A pytest plugin (loaded by tests/conftest.py). CPU time is the test process's ow
 time, plus that of its children: reaped ones through ``RUSAGE_CHILDREN``, live ones (a vLLM server
 a fixture keeps, a notebook kernel) through psutil, so a test is charged for the processes it
 starts. Setup, call and teardown are recorded apart: a session fixture's cost (a trained run, a
-server start) lands in the setup of the first test that asks for it. ``scripts/test_profile.py``
+server start) lands in the setup of the first test that asks for it. ``scripts/profile_tests.py``
 reads the files and prints the table, per test and per file; ``scripts/run_tests.sh`` writes one
 file per stream under ``.cache/test-profile/``.
 """

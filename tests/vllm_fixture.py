@@ -29,11 +29,12 @@ _STATE: dict = {}
 
 
 def start_lora_server() -> types.SimpleNamespace:
+    import userenv
     from openai import OpenAI
 
     from cookbook import merge, serve, train
 
-    run_dir = train.ensure_trained(train.train_preset("tiny"))
+    run_dir = userenv.tiny_run()  # notebook 06's run, shared with the demo and tests/evaluate
     base_text = merge.ensure_text_only_base(train.resolve_base_dir(train.config_of_run(run_dir)), "tiny")
     adapter = merge.ensure_peft(run_dir, layout="text")
     key = "test-key-not-secret"

@@ -39,9 +39,11 @@ def tiny_greedy(iverilog):
     the fine-tuned and the base model on 48 of them, scored (shared by the generator tests)."""
     import types
 
+    import userenv
+
     from cookbook import train
 
-    run_dir = train.ensure_trained(train.train_preset("tiny"))
+    run_dir = userenv.tiny_run()  # notebook 06's run, shared with the demo
     config = train.config_of_run(run_dir)
     base_dir = train.resolve_base_dir(config)
     tokenizer = train.load_tokenizer(base_dir)
@@ -71,9 +73,11 @@ def tiny_thinking(iverilog):
     samples with thinking on, scored (shared by the thinking tests)."""
     import types
 
+    import userenv
+
     from cookbook import data, train
 
-    run_dir = train.ensure_trained(train.train_preset("tiny", sample_task="thinking"))
+    run_dir = userenv.tiny_run("thinking")  # notebook 06's thinking run, shared with the demo
     config = train.config_of_run(run_dir)
     tokenizer = train.load_tokenizer(train.resolve_base_dir(config))
     rows = train.eval_rows(config)[:48]

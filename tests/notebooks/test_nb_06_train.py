@@ -7,8 +7,8 @@ from nbutil import run_notebook
 @pytest.mark.slow
 def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
     # Fewer eval prompts and another Sampler batch size than the committed defaults; the
-    # training config is the tiny recipe's, so the suite's cached run (shared with the tests
-    # of notebooks 07/08; the demo test trains its own on a fresh cache) is reused when present.
+    # training config is the tiny recipe's, so the run the demo and the suite share
+    # (tests/userenv.py) is reused when present.
     # MULTIHOST_PROCESSES=0: the two-process run is tests/train/test_multihost.py's (and the demo's).
     res = run_notebook(
         "06_train", tmp_path, NUM_EVAL_ROWS=100, EVAL_BATCH_SIZE=25, SHOW_EXAMPLES=1, MULTIHOST_PROCESSES=0
@@ -33,7 +33,7 @@ def test_nb06_fine_tuning_lifts_exact_match_from_zero(tmp_path):
         (False, "compile_error"),
         (False, "compile_error"),
     ]
-    # Section 11: the thinking variant (the tests/evaluate fixture's run, shared through the cache)
+    # Section 11: the thinking variant (the demo's and tests/evaluate's run, shared through the cache)
     # thinks its spec's sentence, then writes the module; only the module is scored.
     assert res["thinking_seq_len"] == 200 and res["thinking_steps"] == res["max_steps"]
     assert res["thinking_pass1"] >= 0.8 and res["thinking_thoughts_right"] >= 0.9

@@ -426,15 +426,14 @@ def _is_quantized(model) -> bool:
 
 @pytest.mark.slow
 def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_base):
-    """The tiny recipe (the suite's cached bf16 run's config) on an nf4 base (tile 32): held-out
+    """The tiny recipe on an nf4 base (tile 32): held-out
     exact match at least 80%, and the untrained base's (the control) at most 5%; and a copy of
     the run with its last checkpoint removed resumes from the one before to the same weights
     (checkpointed 2 steps before the end, so that the resume retrains 2 nf4 steps, not 50).
     The bf16 run's own accuracy is tests/evaluate/test_generators.py's."""
     import shutil
 
-    lora_run = train.ensure_trained(train.train_preset("tiny"), progress=False)
-    config = train.config_of_run(lora_run).replace(quantize="nf4", quant_tile=32)
+    config = train.train_preset("tiny").replace(quantize="nf4", quant_tile=32)
     config = config.replace(checkpoint_every_steps=config.max_steps - 2)
     q_run = train.ensure_trained(config, progress=False)
     steps = train.checkpoint_steps(q_run)

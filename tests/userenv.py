@@ -1,0 +1,77 @@
+"""A user's environment, and the training runs made in it that the suite shares with ``make demo``.
+
+The suite's own process has 8 fake CPU devices (tests/conftest.py) so that sharding is really
+exercised; a user's ``cookbook train`` or notebook kernel has one. The device count keys a run
+(``cookbook.train.result_determinants``: it changes the float32 rounding, which the tiny recipes
+amplify), so a run trained in the suite's process is not the run the demo trains. The tiny
+recipes that the demo trains too (notebook 06: the plain and the thinking run) are therefore
+trained here in a user's process, in the suite's cache, under the run's lock
+(``train.ensure_trained``): whichever of the demo, a notebook test and a fixture asks first trains
+it, and every other caller loads it. One run per recipe in one ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Set by scripts/run_tests.sh or tests/conftest.py for the test session, not by a user. The cache
+# root (COOKBOOK_CACHE) stays: what a user's process builds there is what the suite reuses, and the
+# other way round (every entry is keyed by what it was built from). A user's process derives the
+# same JAX compilation cache under it (cookbook.core.setup_runtime_env).
+SESSION_ONLY = (
+    "XLA_FLAGS",
+    "JAX_PLATFORMS",
+    "VLLM_TARGET_DEVICE",
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_COMPILATION_CACHE_MAX_SIZE",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "TOKENIZERS_PARALLELISM",
+    "PYTEST_CURRENT_TEST",
+    "PYTEST_VERSION",
+    "COOKBOOK_RUN_DIR",
+    "COOKBOOK_TEST_PROFILE",
+    "COOKBOOK_TEST_STREAM",
+)
+
+_TRAIN = """
+import json, sys
+from cookbook import core
+core.setup_runtime_env()
+from cookbook import train
+config = train.TrainConfig.from_dict(json.loads(sys.argv[1]))
+print(train.ensure_trained(config, progress=False))
+"""
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """This process's environment less what only the test session sets (8 fake devices, ...)."""
+    env = {k: v for k, v in os.environ.items() if k not in SESSION_ONLY}
+    env.update(extra)
+    return env
+
+
+def user_run(config) -> Path:
+    """``train.ensure_trained(config)`` in a user's process (one CPU device), in the suite's cache."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN, json.dumps(config.to_dict())],
+        cwd=REPO,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=30 * 60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"training {config.model_preset} in a user's process failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def tiny_run(sample_task: str = "plain") -> Path:
+    """The tiny recipe's run (``sample_task`` ``plain`` or ``thinking``), as notebook 06 trains it."""
+    from cookbook import train
+
+    return user_run(train.train_preset("tiny", sample_task=sample_task))
