@@ -8,7 +8,7 @@ one at a time. Results go to benchmarks/results/plan_31b.json, which notebook 04
 layouts that fit under the safety margin, then the largest such batch) is printed.
 
 Which configurations: the search space was narrowed with figures compiled here earlier
-(../shared/REFERENCE.md): per-decoder remat costs ~45% more FLOPs than none, splash
+(docs/results.md, "The first 31B compiles, by hand"): per-decoder remat costs ~45% more FLOPs than none, splash
 attention saves ~17%, and no-remat with dense attention already fits batch 1 on v5p-8
 (63.8 GiB of 88.5) because most of its temp memory is the [T, T] attention probabilities,
 which splash attention never stores. So the candidates are no-remat + splash (fewest
@@ -60,7 +60,7 @@ CONFIGS: dict[str, dict] = {
     "v6e-8/decoder/splash512/b2": cfg("v6e-8", 2, "decoder", "splash512"),
     "v5p-8/decoder/dense/b1": cfg("v5p-8", 1, "decoder", "dense"),  # the paper's layout
     "v6e-8/none/splash512/b2": cfg("v6e-8", 2, "none", "splash512"),
-    # Trap 5 on a 6-layer slice (same layer shapes, a tenth of the compile): Tunix's default
+    # docs/traps.md trap 5 on a 6-layer slice (same layer shapes, a tenth of the compile): Tunix's default
     # splash block 1024 overflows VMEM in the global layers' backward kernel on v5p.
     "v5p-8/decoder/splash1024/b1/6-layers": cfg("v5p-8", 1, "decoder", "splash1024", num_layers=6),
 }

@@ -141,3 +141,28 @@ def test_init_files_export_their_own_names():
         for imported, name, line in _imports(init):
             source = _package(imported)
             assert source in (pkg, "core", "models"), f"{init}:{line}: re-exports {name} from {imported}"
+
+
+def test_nothing_points_outside_the_repository():
+    """No tracked file names a file outside the repository: the project's notes live in docs/."""
+    import subprocess
+
+    repo = PKG.parent
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    # Built here so that this file does not match itself.
+    patterns = ("../" + "shared", "REFERENCE" + ".md")
+    found = []
+    for name in filter(None, listed.stdout.split("\0")):
+        path = repo / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary
+        for number, line in enumerate(text.splitlines(), 1):
+            if any(p in line for p in patterns):
+                found.append(f"{name}:{number}: {line.strip()[:120]}")
+    assert not found, "points outside the repository (put the fact in docs/ instead):\n" + "\n".join(found)

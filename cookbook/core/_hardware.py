@@ -1,6 +1,7 @@
 """The hardware table: chips, TPU slices, rentable platforms and their prices, in one place.
 
-Chip figures are public datasheet numbers (../shared/REFERENCE.md, "Hardware figures").
+Chip figures are public datasheet numbers (Cloud TPU's per-chip specifications, NVIDIA's H100
+and H200 datasheets).
 Prices are data: each has the date it was quoted and its source; one this project could
 not source is ``None`` ("unknown"), never a guess, and a user overrides any of them
 (``--price tpu-v5p-8=14.2``) instead of editing code. The mesh stage reads the slices, the

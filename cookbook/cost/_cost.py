@@ -58,7 +58,7 @@ class Side:
 
 # The paper's measured runs. Training token totals (9.2M / 9.4M, as its per-million
 # figures imply, to 0.1M) agree with tokens/s x hours to 0.3%; the two differ because
-# the runs used different chat templates and loss masks (REFERENCE.md weakness 6).
+# the runs used different chat templates and loss masks (docs/traps.md: the paper's weakness 6, trap 41).
 PAPER_TPU = Side(
     name="TPU",
     train_platform="tpu-v5p-8",

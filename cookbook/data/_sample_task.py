@@ -18,8 +18,8 @@ prompts it never saw. Every choice below serves that:
   memorising rows. A name is ``<prefix>_<suffix>`` with both pieces from fixed lists of
   16 words that the cookbook tokenizer encodes as ONE token each: copying a name is then
   copying two tokens, which a 6-layer model learns much faster than copying a
-  variable-length sequence of sub-word pieces (the earlier attempt recorded in
-  REFERENCE.md used 1-3 pieces of arbitrary split and spent most of its 1,000 steps there).
+  variable-length sequence of sub-word pieces (the earlier trial task in ``docs/results.md``
+  used 1-3 pieces of arbitrary split and spent most of its 1,000 steps there).
   Held-out names are a Latin-square slice of the 16 x 16 grid (2 per prefix, 2 per
   suffix), so every piece is seen in training in its position; only the pairing is new.
 * Few, clean knobs: 6 operators x 8 widths, one prompt template. The width appears as
@@ -34,7 +34,7 @@ prompts it never saw. Every choice below serves that:
 Measured while designing it (a throwaway loop: Tunix + Qwix LoRA rank 32 / alpha 64 on all
 seven projections of the random tiny base, AdamW lr 3e-3 with 50 warm-up steps then cosine,
 batches of 16 padded 64-token rows): held-out exact match 62% after only 100 steps, training
-loss 0.11 at step 150; the earlier task in REFERENCE.md needed ~500 steps for 66%. The
+loss 0.11 at step 150; the earlier trial task (``docs/results.md``) needed ~500 steps for 66%. The
 training recipe itself belongs to ``cookbook.train``.
 
 The thinking variant (``generate_rows(..., thinking=True)``) gives each answer a short thought

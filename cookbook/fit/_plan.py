@@ -9,7 +9,7 @@ compiler and reads back per-chip memory (``memory_analysis()``) and FLOPs
 (``cost_analysis()``). Written by hand because no library does this end to end; everything
 it compiles is Tunix's model, Qwix's LoRA and optax's AdamW.
 
-Traps handled here (../shared/REFERENCE.md, "Deviceless AOT compile"): LoRA is applied with
+Traps handled here (``docs/traps.md``, traps 1-6): LoRA is applied with
 remat off and flash attention off, then both are switched on (traps 1, 2; via
 ``cookbook.lora.apply_lora``); Tunix's activation ``shard()`` is a no-op in a CPU process, so
 it is replaced by a real sharding constraint for the duration of ``.lower()`` (trap 3,
@@ -75,7 +75,7 @@ def abstract_lora_model(config: PlanConfig, preset: models.ModelPreset, mesh):
     """(graphdef, lora state, other state, LoRA count), all abstract with shardings on ``mesh``.
 
     LoRA goes on with remat and flash attention off (``cookbook.lora.apply_lora`` checks
-    the count); flash attention is switched on afterwards on the shared config (trap 2).
+    the count); flash attention is switched on afterwards on the shared config (``docs/traps.md`` trap 2).
     """
     import jax
     from flax import nnx
@@ -180,7 +180,7 @@ def check_config(config: PlanConfig, preset: models.ModelPreset, fsdp: int, tp: 
     """Reject, before compiling, what would fail deep inside JAX (with the fix in the message)."""
     from cookbook import mesh as mesh_lib
 
-    # mesh.validate_mesh names the dimension that does not divide (heads, batch: trap 6)
+    # mesh.validate_mesh names the dimension that does not divide (heads, batch: docs/traps.md trap 6)
     mesh_lib.validate_mesh(preset, fsdp, tp, config.batch_size, num_devices=chips)
     models.get_remat_choice(config.remat)
     lora_lib.check_quant_tile(preset, config.quantize, config.quant_tile)  # QLoRA: the tile, no experts

@@ -50,7 +50,7 @@ class PlanConfig:
     quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE  # its tile (checked by cookbook.lora.check_quant_tile)
     num_layers: int | None = None  # override the preset's depth (layer-slice probes)
     mfu: float = DEFAULT_MFU
-    patch_activation_sharding: bool = True  # trap 3: apply Tunix's shard() on the TPU mesh
+    patch_activation_sharding: bool = True  # docs/traps.md trap 3: Tunix's shard() on the TPU mesh
 
     def replace(self, **changes: Any) -> PlanConfig:
         if isinstance(changes.get("lora"), dict):
@@ -129,7 +129,7 @@ class PlanReport:
     predicted_tokens_per_s: float = 0.0
     mfu: float = DEFAULT_MFU
     lora_params: int = 0
-    activation_constraints: int = 0  # sharding constraints in the lowered step (trap 3)
+    activation_constraints: int = 0  # sharding constraints in the lowered step (docs/traps.md trap 3)
     compile_s: float = 0.0
     host_peak_rss_bytes: int = 0
     bytes_accessed: float = 0.0  # per chip per step, the compiler's cost_analysis()

@@ -1,8 +1,9 @@
 """What each remat choice costs on this machine, and the LoRA-inside-remat trap, measured.
 
 The choices themselves (``none``, ``block``, ``decoder``, ``decoder_dots``) are the model
-stage's table (``cookbook.models.REMAT_CHOICES``). Switching remat after LoRA is applied is the only safe order (REFERENCE trap 1: Qwix creates
-adapters lazily and a remat-wrapped initialising call drops them);
+stage's table (``cookbook.models.REMAT_CHOICES``). Switching remat after LoRA is applied is
+the only safe order (``docs/traps.md`` trap 1: Qwix creates adapters lazily and a remat-wrapped
+initialising call drops them);
 ``cookbook.lora.apply_lora`` enforces it and checks the LoRA count. :func:`measure_remat`
 compiles the same train step ``cookbook.fit`` uses once per choice on the local devices
 and reports compiled memory (``memory_analysis()``) and measured step time.

@@ -1,7 +1,7 @@
 """Applying Qwix LoRA to a Tunix Gemma 4 model, checked, and counting its parameters.
 
 LoRA goes on with remat switched off while the adapters are created (a remat-wrapped call
-creates none, silently: REFERENCE trap 1), and the number of LoRA parameters is checked
+creates none, silently: ``docs/traps.md`` trap 1), and the number of LoRA parameters is checked
 every time. Qwix applies LoRA; what is hand-written here is only the checks.
 
 Parameter counts differ from PEFT's in one place, by design of Tunix's weights: Tunix

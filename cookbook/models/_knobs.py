@@ -100,9 +100,9 @@ def remat_policy(name: str) -> Iterator[None]:
 def set_flash_attention(model, block_size: int = 512) -> None:
     """Switch a built Tunix model to splash attention with ``block_size`` blocks.
 
-    Only after LoRA is applied (REFERENCE trap 2: Qwix's initialising call fails with flash
+    Only after LoRA is applied (``docs/traps.md`` trap 2: Qwix's initialising call fails with flash
     attention on); Tunix forbids the sliding-window KV cache with it. Block 512: Tunix's
-    default 1024 overflows VMEM in the 31B global layers' backward kernel on v5p (trap 5).
+    default 1024 overflows VMEM in the 31B global layers' backward kernel on v5p (trap 5 there).
     Splash attention is a TPU (Pallas) kernel: it compiles for a TPU, not for CPU.
     """
     for cfg in tunix_configs(model):

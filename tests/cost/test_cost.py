@@ -78,7 +78,7 @@ def test_prices_are_sourced_or_unknown_and_overridable():
 def test_predicted_row_from_plan_figures(tmp_path):
     plan_json = tmp_path / "plan.json"
 
-    # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (REFERENCE.md).
+    # Figures of the v5p-8, 1 x 4096, per-decoder remat compile (docs/results.md, "The first 31B compiles").
     # Records shaped like cookbook.fit.PlanReport.to_dict(); the recommended layout wins.
     def rec(remat, flash, flops, compiles=True):
         return {

@@ -32,7 +32,7 @@ def test_tiny_plans_compile_and_are_consistent(plans):
     for r in (none, dec, v6e):
         assert r.compiles and r.fits and r.fits_with_margin, r.summary()
         assert r.lora_params == expected
-        assert r.activation_constraints > 0  # trap 3: Tunix's shard() really applied
+        assert r.activation_constraints > 0  # docs/traps.md trap 3: Tunix's shard() really applied
         assert 0 < r.argument_bytes and 0 < r.temp_bytes and r.total_bytes < r.hbm_bytes
         assert r.tokens_per_step == 4 * 1024
         assert r.predicted_tokens_per_s == pytest.approx(r.tokens_per_step / r.predicted_step_s)

@@ -254,8 +254,9 @@ def _check_extrapolation(validation: list[dict]) -> None:
         # FLOPs are linear in depth: measured 6e-6 and 7e-6 relative on 31B (v5p-8, v6e-8), 1.2e-5 on 26B-A4B
         # (v5p-8); 1e-4 allows ~8x the largest.
         assert abs(v["flops_per_chip"]["relative_error"]) < 1e-4, v["layout"]
-        # Memory, measured on 31B: +2.4% (v5p-8) and +4.5% (v6e-8) here (26B-A4B, v5p-8: +3.3%), +10% and +28% against REFERENCE.md's
-        # hand-compiled remat layouts; an under-estimate is what would make a layout look like it fits.
+        # Memory, measured on 31B: +2.4% (v5p-8) and +4.5% (v6e-8) here (26B-A4B, v5p-8: +3.3%), +10% and +28%
+        # against the hand-compiled remat layouts of docs/results.md; an under-estimate is what would make a
+        # layout look like it fits.
         assert -0.05 < v["total_bytes"]["relative_error"] < 0.15, v["layout"]
         assert v["fits_with_margin"]["full"] == v["fits_with_margin"]["extrapolated"], v["layout"]
 

@@ -16,7 +16,7 @@ from cookbook import harness
 def nb09_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nb09")
     plan = tmp / "plan.json"
-    # The v5p-8, 1 x 4096, per-decoder-remat compile measured here (REFERENCE.md).
+    # The v5p-8, 1 x 4096, per-decoder-remat compile measured here (docs/results.md, "The first 31B compiles").
     plan.write_text(
         json.dumps(
             {
