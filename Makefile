@@ -22,7 +22,7 @@ check: setup
 	bash scripts/setup_env.sh --system iverilog
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
 	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
-	bash scripts/run_tests.sh -m "not slow" $(ARGS)
+	bash scripts/run_tests.sh -m "not slow" -n 2 --dist loadfile $(ARGS)
 
 setup:
 	bash scripts/setup_env.sh

@@ -74,8 +74,14 @@ def main() -> None:
         for label, cfg, seed in cases:
             t0 = time.perf_counter()
             run_dir = None if label == "base" else train.ensure_trained(cfg, progress=False)
-            row = {"recipe": recipe, "case": label, "seed": seed, "max_steps": cfg.max_steps,
-                   "scores": [score(run_dir, cfg, n) for n in ROWS], "seconds": round(time.perf_counter() - t0, 1)}
+            row = {
+                "recipe": recipe,
+                "case": label,
+                "seed": seed,
+                "max_steps": cfg.max_steps,
+                "scores": [score(run_dir, cfg, n) for n in ROWS],
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
             results.append(row)
             print(json.dumps(row), flush=True)
     spread = {}
@@ -87,10 +93,17 @@ def main() -> None:
                     continue
                 values = [r["scores"][i][metric] for r in seeded]
                 spread[f"{recipe}/{n} rows/{metric}"] = {"min": min(values), "max": max(values), "runs": len(values)}
-    payload = {"what": "tiny recipes' greedy outcomes over seeds (LoRA init + data order), one CPU device",
-               "date": time.strftime("%Y-%m-%d"), "devices": jax.device_count(), "cpu_count": os.cpu_count(),
-               "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "determinants": train.result_determinants(), "spread": spread, "runs": results}
+    payload = {
+        "what": "tiny recipes' greedy outcomes over seeds (LoRA init + data order), one CPU device",
+        "date": time.strftime("%Y-%m-%d"),
+        "devices": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "determinants": train.result_determinants(),
+        "spread": spread,
+        "runs": results,
+    }
     args.out.write_text(json.dumps(core.to_jsonable(payload), indent=1) + "\n")
     print(json.dumps(spread, indent=1))
 
