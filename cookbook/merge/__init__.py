@@ -8,14 +8,14 @@ from cookbook.merge._checkpoint import (  # noqa: F401
     read_lora,
 )
 from cookbook.merge._merge import (  # noqa: F401
-    check_out_dir,
     export_peft,
     hf_module_shape,
     merge_lora,
-    parse_size,
     plan_merge,
 )
-from cookbook.merge._merge import register_cli as register_merge_cli  # noqa: E402, F401, I001
+from cookbook.merge._merge_cli import parse_size  # noqa: F401
+from cookbook.merge._merge_cli import register_cli as register_merge_cli  # noqa: E402, F401, I001
+from cookbook.merge._outdir import check_out_dir  # noqa: F401
 from cookbook.merge._safetensors import (  # noqa: F401
     FLOAT_CODES,
     OutTensor,

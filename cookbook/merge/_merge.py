@@ -21,7 +21,6 @@ over the Hub's 50 GB limit. Here:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -34,14 +33,22 @@ from pathlib import Path
 
 import numpy as np
 
-from cookbook import core, models
 from cookbook import lora as lora_lib
+from cookbook import models
 from cookbook.merge import _safetensors as shards
 from cookbook.merge._checkpoint import (
     LoraCheckpoint,
     find_step_dir,
     open_lora_checkpoint,
     read_lora,
+)
+from cookbook.merge._outdir import (
+    _COMPLETE,
+    _OUTPUT_KINDS,
+    _clean_stale_tmp,
+    _inputs,
+    _move_into_place,
+    check_out_dir,
 )
 
 __all__ = [
@@ -58,9 +65,6 @@ __all__ = [
 
 MERGE_FORMAT_VERSION = 1
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30  # like the released shards; the Hub's limit is 50 GB
-_COMPLETE = ".cookbook-complete.json"
-# What the completion record of an output says it is: the only directories --overwrite replaces.
-_OUTPUT_KINDS = ("cookbook merge output", "cookbook PEFT adapter")
 # Files of the multimodal processor that a text-only export must not advertise.
 _PROCESSOR_FILES = {"processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"}
 
@@ -243,88 +247,6 @@ def _copy_side_files(base_dir: Path, tmp: Path, text_only: bool) -> None:
             shutil.copyfile(src, tmp / name)
 
 
-def _clean_stale_tmp(out: Path) -> None:
-    """Remove temporaries of earlier merges into ``out`` whose process is gone (killed)."""
-    for tmp in out.parent.glob(f".{out.name}.tmp-*"):
-        try:
-            pid = int((tmp / ".pid").read_text())
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (OSError, ValueError):
-            pass
-
-
-def _is_own_output(path: Path) -> bool:
-    """Whether ``path`` is a finished output of :func:`merge_lora` or :func:`export_peft`."""
-    try:
-        rec = json.loads((path / _COMPLETE).read_text())
-    except (OSError, ValueError):
-        return False
-    # Outputs written before the record named its kind: the keys only these two records have.
-    return isinstance(rec, dict) and (
-        rec.get("kind") in _OUTPUT_KINDS
-        or {"text_only", "max_shard_bytes"} <= rec.keys()
-        or {"lora_step_dir", "layout"} <= rec.keys()
-    )
-
-
-def check_out_dir(
-    out: str | Path, *, inputs: dict[str, str | Path | None], overwrite: bool, flag: str = "--out"
-) -> Path:
-    """Refuse an output directory that would cost data, before anything is read, written or removed.
-
-    OUT may not be an input (``inputs``: what -> path), hold one, or lie inside one; the one place
-    inside a LoRA run it may go is ``RUN/merged/``, where :func:`ensure_merged` caches. An existing
-    OUT is replaced only with ``overwrite``, and only if it is empty or an earlier output of this
-    module (its ``.cookbook-complete.json`` says so): never a training run, a base, or a project.
-    """
-    out = Path(out)
-    where = out.resolve()
-    for what, path in inputs.items():
-        if path is None:
-            continue
-        src = Path(path).resolve()
-        if where == src or where in src.parents:
-            raise ValueError(
-                f"{flag} {out} is or holds the {what} {path}: writing there would delete it. "
-                f"Choose an {flag} outside {path}"
-            )
-        if src in where.parents and not (what == "LoRA run" and src / "merged" in (where, *where.parents)):
-            raise ValueError(
-                f"{flag} {out} lies inside the {what} {path}. Choose an {flag} outside it"
-                + (f" (or under {path}/merged/)" if what == "LoRA run" else "")
-            )
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise FileExistsError(
-                f"{flag} {out} exists; refusing to overwrite it. Pass --overwrite (overwrite=True) "
-                f"to replace an earlier output of cookbook merge, or choose another {flag}"
-            )
-        if not (out.is_dir() and not out.is_symlink() and (_is_own_output(out) or not any(out.iterdir()))):
-            raise FileExistsError(
-                f"{flag} {out} exists and is not an earlier output of cookbook merge (no {_COMPLETE} "
-                "naming one); refusing to replace it even with --overwrite. Choose another "
-                f"{flag} or remove it yourself"
-            )
-    return out
-
-
-def _inputs(base_dir: str | Path | None, ckpt: LoraCheckpoint | None) -> dict[str, Path | None]:
-    lora = None if ckpt is None else (ckpt.run_dir or ckpt.step_dir)
-    return {"base checkpoint": None if base_dir is None else Path(base_dir), "LoRA run": lora}
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` to ``out``, replacing an earlier output (checked by the caller):
-    ``out`` is briefly absent, never half-written."""
-    trash = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        out.rename(trash)
-    tmp.rename(out)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
 def merge_lora(
     base_dir: str | Path,
     lora: str | Path | LoraCheckpoint | None,
@@ -460,84 +382,3 @@ def export_peft(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-# --------------------------------------------------------------------------------------
-# CLI
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?", text.strip(), re.I)
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MiB or 1048576")
-    unit = (m.group(2) or "").upper().rstrip("B")
-    mult = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[
-        unit
-    ]
-    return int(float(m.group(1)) * mult)
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser(
-        "merge",
-        help="merge a LoRA checkpoint into Hugging Face safetensors, streamed",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Fold a Tunix LoRA checkpoint (Orbax) into the base's safetensors, shard by shard, "
-        "with flat memory; written beside OUT and renamed into place when complete.\n\n"
-        "examples:\n"
-        "  cookbook merge --lora RUN_DIR --out merged/             # released multimodal layout\n"
-        "  cookbook merge --lora RUN_DIR --out merged-text/ --text-only --peft-out adapter/\n"
-        "  cookbook merge --lora RUN_DIR/checkpoints/800 --base BASE_DIR --out merged/ --overwrite",
-    )
-    p.add_argument("--lora", required=True, help="training run dir, its checkpoints dir, or a step dir")
-    p.add_argument(
-        "--out",
-        required=True,
-        help="output directory: new, or with --overwrite an earlier merge output "
-        "(never a training run, a base or another directory)",
-    )
-    p.add_argument("--base", help="base checkpoint dir (default: the one recorded by training)")
-    p.add_argument("--step", type=int, help="checkpoint step (default: latest)")
-    p.add_argument("--text-only", action="store_true", help="write Gemma4ForCausalLM (what vLLM on CPU serves)")
-    p.add_argument("--max-shard-size", type=parse_size, default=DEFAULT_MAX_SHARD_BYTES, help="e.g. 5GB (default 5GiB)")
-    p.add_argument("--peft-out", help="also write the unmerged adapter in PEFT format here")
-    p.add_argument("--peft-layout", choices=sorted(lora_lib.LAYOUT_PREFIX), default="text")
-    p.add_argument("--preset", help="architecture, if the checkpoint did not record it")
-    p.add_argument("--alpha", type=float, help="LoRA alpha, if the checkpoint did not record it")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace --out (and --peft-out) if they are earlier outputs of cookbook merge (or empty)",
-    )
-    p.set_defaults(func=_cli)
-
-
-@core.user_errors("merge")
-def _cli(args: argparse.Namespace) -> int:
-    if args.base:  # a bad --base is found from its index alone, before the LoRA checkpoint is read
-        models.read_checkpoint_index(args.base)
-    ckpt = open_lora_checkpoint(args.lora, step=args.step, preset=args.preset, alpha=args.alpha)
-    base_dir = args.base or ckpt.base_dir
-    if base_dir is None:
-        raise ValueError("no --base given and the checkpoint records no base dir: pass --base BASE_DIR")
-    if args.peft_out:  # refused now, not after minutes of merging
-        if Path(args.peft_out).resolve() == Path(args.out).resolve():
-            raise ValueError(f"--peft-out and --out are both {args.out}: give the adapter a directory of its own")
-        check_out_dir(args.peft_out, inputs=_inputs(base_dir, ckpt), overwrite=args.overwrite, flag="--peft-out")
-    r = merge_lora(
-        base_dir,
-        ckpt,
-        args.out,
-        text_only=args.text_only,
-        max_shard_bytes=args.max_shard_size,
-        overwrite=args.overwrite,
-        preset=args.preset,
-    )
-    print(
-        f"merged {r.merged_tensors} tensors, copied {r.copied_tensors}, {r.bytes_written / 1e9:.2f} GB "
-        f"in {r.num_shards} shard(s), {r.seconds:.1f} s -> {r.out_dir}"
-    )
-    if args.peft_out:
-        print(
-            "PEFT adapter ->",
-            export_peft(ckpt, args.peft_out, layout=args.peft_layout, preset=args.preset, overwrite=args.overwrite),
-        )
-    return 0

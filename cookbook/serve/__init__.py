@@ -4,20 +4,21 @@ from cookbook.serve._bench import (  # noqa: F401
     PAPER_BURST,
     RequestResult,
     Scenario,
-    committed_benchmark,
     compare_with_vllm_bench,
-    hf_generate_point,
-    load_hf_model,
-    plot_latency_distribution,
-    plot_throughput_latency,
     random_prompts,
     run_point,
     run_scenario,
     scenario_prompts,
     summarize,
     sweep,
-    table,
     vllm_bench_point,
+)
+from cookbook.serve._bench_hf import hf_generate_point, load_hf_model  # noqa: F401
+from cookbook.serve._bench_report import (  # noqa: F401
+    committed_benchmark,
+    plot_latency_distribution,
+    plot_throughput_latency,
+    table,
     write_json,
 )
 from cookbook.serve._check import (  # noqa: F401
@@ -30,6 +31,7 @@ from cookbook.serve._check import (  # noqa: F401
 )
 from cookbook.serve._cli import check_endpoint, register_bench_cli  # noqa: F401
 from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402, F401, I001
+from cookbook.serve._process import pid_alive  # noqa: F401
 from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401
     API_KEY_ENV,
@@ -37,10 +39,8 @@ from cookbook.serve._server import (  # noqa: F401
     ServeError,
     VLLMServer,
     check_model_dir,
-    pid_alive,
     start_server,
     vllm_args,
-    zero_adapter,
 )
 from cookbook.serve._tpu import (  # noqa: F401
     TpuServeConfig,
@@ -49,3 +49,4 @@ from cookbook.serve._tpu import (  # noqa: F401
     tpu_command,
     write_tpu_script,
 )
+from cookbook.serve._zero_adapter import zero_adapter  # noqa: F401

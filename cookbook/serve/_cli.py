@@ -14,6 +14,7 @@ import urllib.request
 
 from cookbook import core
 from cookbook.serve import _bench as bench
+from cookbook.serve import _bench_report as report
 from cookbook.serve import _tpu as serve_tpu
 from cookbook.serve._server import ServeConfig, ServeError, VLLMServer
 
@@ -181,6 +182,6 @@ def _bench_cli(args) -> int:
             ]
         else:
             points = bench.sweep(args.base_url, args.model, prompts, args.output_len, args.concurrency, api_key=key)
-    print(bench.table(points))
-    print(bench.write_json(args.out, points))
+    print(report.table(points))
+    print(report.write_json(args.out, points))
     return 0 if all(p["num_ok"] == p["num_requests"] for p in points) else 1

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core
+from cookbook.serve._process import _descendants, pid_alive
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
 API_KEY_ENV = "VLLM_API_KEY"  # read by vLLM itself; never put on a command line (ps shows it)
@@ -409,33 +410,6 @@ class VLLMServer:
         return f"VLLMServer({self.config.served_model_name!r}, {state})"
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _descendants(pid: int) -> list[int]:
-    """All descendants of ``pid`` (from /proc; vLLM spawns the engine and its workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 @atexit.register
 def _stop_all() -> None:
     for server in list(_LIVE):
@@ -445,36 +419,3 @@ def _stop_all() -> None:
 def start_server(config: ServeConfig, **kwargs: Any) -> VLLMServer:
     """Start a server and return it, healthy (call ``.stop()``, or use ``with``)."""
     return VLLMServer(config, **kwargs).start()
-
-
-# ------------------------------------------------------------------------------------------
-# Base traffic on a LoRA server
-def zero_adapter(adapter_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """A copy of a PEFT adapter with every ``lora_B`` zeroed: the base model, as an adapter.
-
-    On a LoRA-enabled vLLM-CPU server, base-model requests batched with adapter requests can
-    come back with the adapter applied (upstream bug); routing "base" traffic to this
-    all-zero adapter keeps both kinds of traffic on one server correctly.
-    """
-    import os
-
-    from safetensors.torch import load_file, save_file
-
-    src = Path(adapter_dir)
-    out = Path(out_dir) if out_dir else src.parent / (src.name + "-zero")
-    if (out / "adapter_model.safetensors").is_file():  # written last, by a rename: the copy is whole
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = load_file(str(src / "adapter_model.safetensors"))
-    tensors = {k: (v * 0 if "lora_B" in k else v) for k, v in tensors.items()}
-    # Each file goes to a temporary name and is renamed into place, the weights last, so a
-    # process killed part-way (or two writing at once) never leaves a torn adapter that looks done.
-    tag = f".tmp-{os.getpid()}"
-    (out / f"adapter_config.json{tag}").write_bytes((src / "adapter_config.json").read_bytes())
-    os.replace(out / f"adapter_config.json{tag}", out / "adapter_config.json")
-    try:
-        save_file(tensors, str(out / f"adapter_model.safetensors{tag}"), metadata={"format": "pt"})
-        os.replace(out / f"adapter_model.safetensors{tag}", out / "adapter_model.safetensors")
-    finally:
-        (out / f"adapter_model.safetensors{tag}").unlink(missing_ok=True)
-    return out
