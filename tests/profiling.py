@@ -64,7 +64,9 @@ class Profiler:
         )
         row[f"{phase}_wall_s"] = round(time.perf_counter() - wall0, 3)
         row["wall_s"] = round(row["wall_s"] + row[f"{phase}_wall_s"], 3)
-        row["cpu_s"] = round(row["cpu_s"] + _cpu_s() - cpu0, 3)
+        # A process tree killed rather than reaped (a vLLM server whose owner is SIGKILLed) takes its
+        # CPU time with it: that phase would come out negative, and counts as 0 (an undercount).
+        row["cpu_s"] = round(row["cpu_s"] + max(0.0, _cpu_s() - cpu0), 3)
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
