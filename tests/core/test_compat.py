@@ -156,6 +156,7 @@ def _tiny_qlora(targets, *, abstract: bool, jitted: bool = False):
     return build()
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_tunix_einsum_still_rejects_a_quantized_weight_and_the_patch_runs_it(monkeypatch):
     """When the unpatched call stops raising, Tunix accepts Qwix weights: drop the patch."""
     import numpy as np
@@ -176,6 +177,7 @@ def test_tunix_einsum_still_rejects_a_quantized_weight_and_the_patch_runs_it(mon
         models.tunix_logits(model, tokens)
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_qwix_still_loses_mlp_adapters_when_tracing_and_the_wrapper_keeps_them(monkeypatch):
     """When the unwrapped count is no longer 0, Qwix finds the weight itself: drop the wrapper."""
     from flax import nnx
@@ -294,6 +296,7 @@ def _tiny_step_parts(tiny_base):
     return lora_state, batch, other, make_loss
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_lora_grads_for_cpu_equal_qwixs_and_drop_xla_cpus_transposed_copies(tiny_base):
     """The CPU formulation of the MLP adapters' gradients (core.qwix_lora_grads_for_cpu) against
     Qwix's own, on the tiny step with every adapter off zero: the same loss, the same gradients to

@@ -102,6 +102,7 @@ def _compile_once(tmp_path, mode="on", **env):
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_compiled_functions_persist_across_processes_under_the_cache_root(tmp_path):
     where = tmp_path / "c" / "jax-compile"
 

@@ -224,6 +224,7 @@ def _inputs(tokens):
     }
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 @pytest.mark.jax_only
 @pytest.mark.parametrize("name", TWINS)
 def test_apply_lora_on_4x2_mesh_starts_as_identity(name, twin_bases, mesh_4x2):

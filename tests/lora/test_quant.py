@@ -104,6 +104,7 @@ def test_qlora_on_the_moe_is_refused_in_one_line_before_anything_is_built(capsys
         )
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_qlora_on_the_e2b_twin_scales_the_quantized_per_layer_projection_as_tunix_does():
     """E2B/E4B's model-level ``per_layer_model_projection`` is an Einsum whose weight Tunix scales
     (``w_scale`` = embed_dim ** -0.5) before the einsum. Quantized, the scale goes into the

@@ -4,6 +4,7 @@ import pytest
 from nbutil import run_notebook
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_quickstart_records_parity_on_another_mesh(tmp_path):
     results = run_notebook(
         "00_quickstart", tmp_path, MESH_FSDP=2, MESH_TP=2, PARITY_BATCH=1, PARITY_SEQ_LEN=96, MAX_NEW_TOKENS=4
@@ -21,6 +22,7 @@ def test_quickstart_records_parity_on_another_mesh(tmp_path):
     assert 1e6 < results["num_params"] < 3e6
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 @pytest.mark.parametrize("preset", ["tiny_e2b", "tiny_26b_a4b"])
 def test_quickstart_runs_each_structural_twin(tmp_path, preset):
     """The E2B/E4B twin (per-layer inputs, KV-shared layers) and the 26B-A4B twin (experts) through

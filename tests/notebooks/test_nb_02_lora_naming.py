@@ -1,8 +1,10 @@
 """Notebook 02 through papermill: 31B counts against PEFT (meta device), the trap on tiny."""
 
+import pytest
 from nbutil import run_notebook
 
 
+@pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 def test_lora_naming_counts_31b_like_peft_and_catches_the_trap_on_tiny(tmp_path):
     results = run_notebook(
         "02_lora_naming",
