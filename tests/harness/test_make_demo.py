@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from userenv import outcome_bound
 
 REPO = Path(__file__).resolve().parents[2]
 _LOOKS_LIKE_AN_ERROR = re.compile(
@@ -51,8 +52,11 @@ def test_make_demo_on_a_fresh_cache(fresh_demo):
         json.loads((run / f"{n}.json").read_text()) for n in ("05_data_pipeline", "06_train", "08_serving")
     )
     assert nb05["thought_trained"] and nb05["tool_call_trained"] and nb05["tool_response_untrained"]
-    assert nb06["thinking_pass1"] >= 0.8 and nb06["thinking_thoughts_right"] >= 0.9
-    assert nb08["thinking_served_pass1"] == nb08["thinking_tunix_pass1"] >= 0.8
+    # Bounds: the worst of several seeds less their spread (benchmarks/outcome_spread.py); 06 scores
+    # 200 rows, 08's thinking section PASS_K_ROWS = 100.
+    assert nb06["thinking_pass1"] >= outcome_bound("thinking", "pass1", 200)
+    assert nb06["thinking_thoughts_right"] >= outcome_bound("thinking", "thoughts_right", 200)
+    assert nb08["thinking_served_pass1"] == nb08["thinking_tunix_pass1"] >= outcome_bound("thinking", "pass1", 100)
     assert nb08["thinking_same_outcomes"] and nb08["thinking_content_has_no_thought"]
     print(
         f"make demo: {fresh_demo.wall_s:.0f} s wall; per notebook (s): "

@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from userenv import outcome_bound
 
 from cookbook import data, merge, serve, train
 
@@ -208,7 +209,7 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     client = server.client()
     tuned = serve.served_exact_match(client, "verilog", tokenizer, rows)
     base = serve.served_exact_match(client, "base", tokenizer, rows)
-    assert tuned["accuracy"] >= 0.5, tuned["completions"][:3]
+    assert tuned["accuracy"] >= outcome_bound("plain", "exact_match", 48), tuned["completions"][:3]
     assert base["accuracy"] <= 0.05
     # The adapter on the base equals transformers on the merged checkpoint, token for token.
     merged = merge.ensure_merged(server.run_dir, text_only=True)
