@@ -25,6 +25,7 @@ import argparse
 import fcntl
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -136,7 +137,8 @@ def main() -> None:
     # Runs of other recipes already in --out are kept (one recipe can be measured at a time, or
     # both in two processes side by side); the file is rewritten under a lock.
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".lock"), "w") as lock:
+    lock_path = Path(tempfile.gettempdir()) / f"{args.out.name}.lock"  # beside nothing that is committed
+    with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         earlier = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": [], "measured": []}
         done = {(r["recipe"], r["case"], r["threads"]) for r in results}
