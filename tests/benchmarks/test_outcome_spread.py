@@ -27,16 +27,17 @@ def test_bounds_sit_below_every_seed_and_above_the_controls(recipe):
         for rows in (n for n in _ROWS if metric != "sampled_pass1" or n <= 16):
             bound = userenv.outcome_bound(recipe, metric, rows)
             worst = min(userenv.outcome_rate(r["scores"], metric, rows) for r in seeded)
-            assert 0.25 < bound <= worst - 0.05, (metric, rows, bound, worst)
+            assert 0.25 < bound <= worst - 0.1, (metric, rows, bound, worst)
             for c in controls:  # a broken recipe scores clearly below the bound
                 assert userenv.outcome_rate(c["scores"], metric, rows) < bound - 0.1, (c["case"], metric, rows, bound)
 
 
-def test_the_losses_notebook_06_asserts_hold_for_every_seed_with_room():
+@pytest.mark.parametrize("recipe", sorted(_ASSERTED))
+def test_the_losses_notebook_06_asserts_hold_for_every_seed_with_room(recipe):
     """Notebook 06's test: the final training loss under a tenth of the first, the eval loss under
     0.5. Every seed's run meets both with at least a factor of two to spare; the quarter-steps
     control does not meet them."""
-    seeded, controls = _cases("plain")
+    seeded, controls = _cases(recipe)
     for r in seeded:
         losses = r["losses"]
         assert losses["final_train"] < losses["first_train"] / 20 and losses["final_eval"] < 0.25, r["case"]

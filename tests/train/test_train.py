@@ -147,9 +147,11 @@ def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_bas
     # The plain recipe is what it was: no new field in its recipe.json or its cache key.
     assert "sample_task" not in plain.to_dict() and train.TrainConfig.from_dict(plain.to_dict()) == plain
     assert train.train_rows(plain) == data.generate_rows("train", n=plain.num_train_rows)
-    # The thinking recipe: the same, on thinking rows packed two to a 200-token row.
-    assert (thinking.sample_task, thinking.data.seq_len) == ("thinking", 200)
-    assert thinking.replace(sample_task="plain", data={"seq_len": plain.data.seq_len}) == plain
+    # The thinking recipe: the same, on thinking rows packed two to a 200-token row, for 300 steps.
+    assert (thinking.sample_task, thinking.data.seq_len, thinking.max_steps) == ("thinking", 200, 300)
+    assert (
+        thinking.replace(sample_task="plain", data={"seq_len": plain.data.seq_len}, max_steps=plain.max_steps) == plain
+    )
     assert train.TrainConfig.from_dict(json.loads(json.dumps(thinking.to_dict()))) == thinking
     rows = train.train_rows(thinking)
     assert [data.answer_of(r) for r in rows[:50]] == [data.answer_of(r) for r in train.train_rows(plain)[:50]]
