@@ -110,12 +110,14 @@ def outcome_bound(recipe: str, metric: str, rows: int) -> float:
     From ``benchmarks/outcome_spread.py``'s runs over seeds (each seed draws the LoRA initialisation
     and the data order; a run on another CPU is another such draw, since the rounding differs and
     the tiny recipes amplify it): the worst run seen, less the seeds' range once more, and at least
-    0.1 below it (more on few rows: one row of ``rows``, or two of 5 x ``rows`` samples). Seeds that
-    agree say little of the next machine: of the plain recipe's 7 runs, one ended 6 points under
-    all the others (94% exact match on 200 rows against 99.5-100%).
+    0.15 below it (more on few rows: one row of ``rows``, or two of 5 x ``rows`` samples). Seeds
+    that agree say little of the next machine: of the plain recipe's 7 runs, one ended 6 points
+    under all the others (94% exact match on 200 rows against 99.5-100%), and CI's machine trained
+    the earlier (200-step) thinking recipe's seed 0, 48 of 48 thoughts right here, to 38 of 48: 6
+    points under the worst of its 7 runs here (41). 0.15 is about twice either.
     ``tests/benchmarks/test_outcome_spread.py`` checks that every bound the suite uses still
     separates a working run from the controls (the base and the recipe at a quarter of its steps).
     """
     values = [outcome_rate(r["scores"], metric, rows) for r in spread_runs(recipe) if r["case"].startswith("seed")]
     granule = 2 / (5 * rows) if metric == "sampled_pass1" else 1 / rows
-    return min(values) - max(max(values) - min(values), 0.1, granule)
+    return min(values) - max(max(values) - min(values), 0.15, granule)

@@ -27,7 +27,7 @@ def test_bounds_sit_below_every_seed_and_above_the_controls(recipe):
         for rows in (n for n in _ROWS if metric != "sampled_pass1" or n <= 16):
             bound = userenv.outcome_bound(recipe, metric, rows)
             worst = min(userenv.outcome_rate(r["scores"], metric, rows) for r in seeded)
-            assert 0.25 < bound <= worst - 0.1, (metric, rows, bound, worst)
+            assert 0.25 < bound <= worst - 0.15, (metric, rows, bound, worst)
             for c in controls:  # a broken recipe scores clearly below the bound
                 assert userenv.outcome_rate(c["scores"], metric, rows) < bound - 0.1, (c["case"], metric, rows, bound)
 
