@@ -9,29 +9,31 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_notebook(name: str, run_dir: Path, **parameters: Any) -> dict[str, Any]:
+def run_notebook(name: str | Path, run_dir: Path, **parameters: Any) -> dict[str, Any]:
     """Execute ``notebooks/<name>.ipynb`` with ``parameters``; return its recorded results.
 
     ``run_dir`` becomes ``COOKBOOK_RUN_DIR`` for the kernel, so the notebook's artefacts and its
     results JSON land there; the executed copy is saved beside them.
     """
     import papermill as pm
-    import userenv
 
     from cookbook.harness import ipc_kernel_manager, load_results
 
+    path = name if isinstance(name, Path) else REPO / "notebooks" / f"{name}.ipynb"
+    name = path.stem
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     # The kernel starts with this process's environment: a user's (one CPU device, unless the
     # notebook asks for 8 itself, as 00, 01, 03 and 05 do), so that what it trains is the run the
-    # demo and the shared fixtures train (tests/userenv.py).
+    # demo and the shared fixtures train (tests/userenv.py), in the suite's cache.
     saved = dict(os.environ)
+    kernel_env = kernel_environment(run_dir)  # before the clear: it is derived from this environment
     os.environ.clear()
-    os.environ.update(userenv.user_env(COOKBOOK_RUN_DIR=str(run_dir)))
+    os.environ.update(kernel_env)
     try:
         pm.execute_notebook(
-            str(REPO / "notebooks" / f"{name}.ipynb"),
-            str(run_dir / f"{name}.ipynb"),
+            str(path),
+            str(run_dir / path.name),
             parameters=parameters,
             cwd=str(REPO / "notebooks"),
             kernel_name="python3",
@@ -42,3 +44,12 @@ def run_notebook(name: str, run_dir: Path, **parameters: Any) -> dict[str, Any]:
         os.environ.clear()
         os.environ.update(saved)
     return load_results(name, run_dir)
+
+
+def kernel_environment(run_dir: Path) -> dict[str, str]:
+    """What a notebook test's kernel runs with: this process's environment as a user's
+    (``userenv.user_env``: the suite's cache root and PATH kept, its 8 fake devices not), and
+    ``COOKBOOK_RUN_DIR`` = ``run_dir``."""
+    import userenv
+
+    return userenv.user_env(COOKBOOK_RUN_DIR=str(run_dir))
