@@ -102,7 +102,16 @@ def ipc_kernel_manager() -> type:
     says so on every start ("Kernel is running over TCP without encryption", ipykernel 7), one
     warning per notebook on the demo's console. Over IPC nothing listens on a port and there is
     nothing to warn about.
+
+    Each kernel's sockets get their own absolute path. jupyter_client 8's default is the relative
+    ``kernel-ipc-N``, numbered by what exists in the *launcher's* working directory while the
+    kernel binds in its own (the notebooks' folder): two kernels running at once there (the
+    demo's two lanes, or a notebook test beside the demo) took the same sockets and read each
+    other's messages ("Invalid Signature").
     """
+    import tempfile
+    import uuid
+
     from jupyter_client.manager import KernelManager
     from traitlets import default
 
@@ -110,6 +119,10 @@ def ipc_kernel_manager() -> type:
         @default("transport")
         def _default_transport(self):
             return "ipc"
+
+        @default("ip")
+        def _default_ip(self):
+            return os.path.join(tempfile.gettempdir(), f"cookbook-kernel-{uuid.uuid4().hex}-ipc")
 
     return IpcKernelManager
 
