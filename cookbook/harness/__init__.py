@@ -6,15 +6,16 @@ from cookbook.harness._cli import (  # noqa: F401
     main,
 )
 from cookbook.harness._demo import (  # noqa: F401
-    CHAINS,
+    AFTER,
     REPO,
+    TYPICAL_SECONDS,
     NotebookFailed,
     default_jobs,
     ipc_kernel_manager,
     list_notebooks,
     parse_parameters,
-    plan_lanes,
     run_demo,
+    schedule,
 )
 from cookbook.harness._demo import register_cli as register_demo_cli  # noqa: E402, F401, I001
 from cookbook.harness._record import (  # noqa: F401

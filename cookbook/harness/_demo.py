@@ -8,13 +8,15 @@ the run (nothing new starts) with a message naming the notebook and where to rea
 the report is written either way (:mod:`cookbook.harness`). papermill does the executing; this
 module only orders, times and reports.
 
-On a host whose JAX runs on CPU the notebooks run in two lanes side by side (``--jobs 2``, the
-default there): the chain that trains, merges and serves one run (06 -> 07 -> 08, :data:`CHAINS`)
-in one, everything else in order in the other, each notebook in its own kernel as always. Much
-of a notebook's time is one core's work (XLA's compiles, the vLLM server's start, the
-simulator), so on the 2-core CI machine the two lanes took the demo from 9.8 to about 6.5
-minutes. On a TPU host the lanes would compete for the chips, which one process owns at a time:
-there, and wherever JAX is not on CPU, it is one lane in order (``--jobs 1``).
+On a host whose JAX runs on CPU two notebooks run at a time (``--jobs 2``, the default there),
+each in its own kernel as always: whenever a lane is free it starts the longest notebook that is
+ready (:func:`schedule`: longest first by :data:`TYPICAL_SECONDS`, 07 only after 06,
+:data:`AFTER`). Much of a notebook's time is one core's work (XLA's compiles, the vLLM server's
+start, the simulator), so on the 2-core CI machine two lanes took the demo from 9.8 to about 6.5
+minutes; fixed lanes (06 -> 07 -> 08 in one, the rest in the other) later left one lane idle for a
+third of the run (demo.json at d12c623: 454 s against 805 s). On a TPU host the lanes would
+compete for the chips, which one process owns at a time: there, and wherever JAX is not on CPU,
+it is one lane in order (``--jobs 1``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,29 @@ from cookbook import core
 from cookbook.harness import _report as report_mod
 
 REPO = core.REPO_ROOT
-# Notebooks that build on an earlier one's artefacts: 07 merges the run 06 trains, 08 serves 07's
-# merge (and 06's run). Each fetches what it needs through the locked cache (train.ensure_trained,
-# merge.ensure_merged), so any order gives the same results; in this order none waits on a lock.
-CHAINS: tuple[tuple[str, ...], ...] = (("06", "07", "08"),)
+# Notebooks that build on an earlier one's artefacts fetch them through the locked cache
+# (train.ensure_trained, merge.ensure_merged): any order gives the same results, and two kernels
+# asking at once make one artefact (one trains or merges, the other waits and loads it). What must
+# finish first, so that a lane does not start a notebook only to wait on a lock: 07 merges the run
+# 06 trains. 08 serves that merge and 06's thinking run; started beside 06 (after 04, the next
+# longest) it merges the plain run itself, which 06 trains first, and reaches the thinking run
+# after 06 has trained it (on the 2-core machine; elsewhere it may wait on that lock, no more).
+AFTER: dict[str, tuple[str, ...]] = {"07": ("06",)}
+# Seconds each notebook's default run took in `make demo` on the 2-core CPU machine (demo.json of
+# a fresh-cache run inside make test at d12c623, the two lanes side by side): the scheduler's
+# priorities, so only their order matters. A notebook not listed counts as 0: after these, in order.
+TYPICAL_SECONDS: dict[str, float] = {
+    "06_train": 528,
+    "04_remat": 314,
+    "08_serving": 257,
+    "02_lora_naming": 40,
+    "00_quickstart": 31,
+    "03_sharding_fixes": 30,
+    "05_data_pipeline": 25,
+    "07_merge": 20,
+    "01_mesh_setup": 9,
+    "09_cost_comparison": 3,
+}
 # Two kernels at a time hold up to ~8 GB here (a vLLM server beside a TPU compile): below this
 # much memory the demo runs one notebook at a time.
 LANES_MIN_MEMORY_GIB = 16
@@ -77,22 +98,24 @@ def default_jobs() -> int:
     return 2 if memory_gib >= LANES_MIN_MEMORY_GIB else 1
 
 
-def plan_lanes(paths: Sequence[Path], jobs: int) -> list[list[Path]]:
-    """The notebooks as lanes that run side by side, each in order: one lane with ``jobs`` 1;
-    otherwise each chain of :data:`CHAINS` present in its own lane (up to ``jobs - 1`` of them)
-    and the rest in one more, first."""
+def schedule(paths: Sequence[Path], jobs: int) -> list[Path]:
+    """The order in which free lanes take the notebooks: with ``jobs`` 1, the numbered order;
+    otherwise longest first by :data:`TYPICAL_SECONDS` (ties in the numbered order), which is the
+    classic longest-processing-time rule for parallel machines. :func:`run_demo` starts, in each
+    free lane, the first notebook of this order whose :data:`AFTER` notebooks have finished."""
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: give 1 (one notebook at a time) or more")
+    paths = list(paths)
     if jobs == 1:
-        return [list(paths)]
-    chains: list[list[Path]] = []
-    for chain in CHAINS:
-        lane = [p for p in paths if p.stem[:2] in chain]
-        if lane and len(chains) < jobs - 1:
-            chains.append(lane)
-    in_chains = {p for lane in chains for p in lane}
-    rest = [p for p in paths if p not in in_chains]
-    return [lane for lane in (rest, *chains) if lane]
+        return paths
+    return sorted(paths, key=lambda p: -TYPICAL_SECONDS.get(p.stem, 0.0))
+
+
+def _ready(path: Path, pending: Sequence[Path], running: Sequence[Path]) -> bool:
+    """Whether every notebook ``path`` must follow (:data:`AFTER`) has finished: none of them is
+    still pending or running (one not in this run counts as finished)."""
+    waiting = {p.stem[:2] for p in (*pending, *running)}
+    return not waiting.intersection(AFTER.get(path.stem[:2], ()))
 
 
 def ipc_kernel_manager() -> type:
@@ -213,7 +236,7 @@ def run_demo(
 ) -> tuple[Path, report_mod.Report]:
     """Execute the notebooks into a fresh run directory and write its report.
 
-    ``jobs``: notebooks run at a time (:func:`plan_lanes`); None picks :func:`default_jobs`.
+    ``jobs``: notebooks run at a time (:func:`schedule`); None picks :func:`default_jobs`.
     Returns (run directory, report). Raises :class:`NotebookFailed` for the first notebook that
     failed, after the notebooks already running have finished and the report of what ran is
     written; nothing starts after a failure.
@@ -223,7 +246,8 @@ def run_demo(
     paths = list_notebooks(notebooks_dir, only)
     if not paths:
         raise ValueError(f"no notebooks (NN_*.ipynb) in {notebooks_dir}")
-    lanes = plan_lanes(paths, default_jobs() if jobs is None else jobs)
+    jobs = default_jobs() if jobs is None else jobs
+    order = schedule(paths, jobs)
     import papermill  # noqa: F401  # after the checks above: a wrong --only is answered at once
     from tqdm.auto import tqdm
 
@@ -235,7 +259,8 @@ def run_demo(
         "notebooks_dir": str(notebooks_dir),
         "parameters": dict(parameters or {}),
         "environment": environment(),
-        "lanes": [[p.stem for p in lane] for lane in lanes],
+        "jobs": jobs,
+        "order": [p.stem for p in order],
         "notebooks": {p.stem: {"status": "pending"} for p in paths},
     }
     log_path = run_dir / report_mod.DEMO_LOG
@@ -249,18 +274,22 @@ def run_demo(
     os.environ["COOKBOOK_RUN_DIR"] = str(run_dir)  # the kernels (and the lanes' workers) inherit it
     t_all = time.perf_counter()
     failure: NotebookFailed | None = None
-    queues = [list(lane) for lane in lanes]
+    pending = list(order)
     running: dict[futures.Future, tuple[int, Path, float]] = {}
     bar = tqdm(total=len(paths), desc="notebooks", unit="nb")
     pool = (
-        _Inline()
-        if len(lanes) == 1
-        else futures.ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("spawn"))
+        _Inline() if jobs == 1 else futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
     )
 
-    def start(lane: int) -> None:
-        if failure is None and queues[lane]:
-            path = queues[lane].pop(0)
+    def fill_lanes() -> None:
+        """Start the next ready notebook in each free lane (none after a failure)."""
+        for lane in range(jobs):
+            if failure is not None or lane in {ln for ln, _, _ in running.values()}:
+                continue
+            path = next((p for p in pending if _ready(p, pending, [q for _, q, _ in running.values()])), None)
+            if path is None:
+                return
+            pending.remove(path)
             log["notebooks"][path.stem] = {"status": "running", "lane": lane, "started_s": time.perf_counter() - t_all}
             bar.set_postfix_str(", ".join([p.stem for _, p, _ in running.values()] + [path.stem]))
             running[
@@ -270,8 +299,7 @@ def run_demo(
             ] = (lane, path, time.perf_counter())
 
     try:
-        for lane in range(len(lanes)):
-            start(lane)
+        fill_lanes()
         while running:
             done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
             for fut in done:
@@ -286,14 +314,13 @@ def run_demo(
                 bar.set_postfix_str(", ".join(p.stem for _, p, _ in running.values()), refresh=False)
                 bar.update(1)
                 save_log()
-                start(lane)
+            fill_lanes()
         if failure is not None:
-            for lane in queues:
-                for later in lane:
-                    log["notebooks"][later.stem] = {
-                        "status": "not run",
-                        "error": f"not run: {failure.notebook} failed before it",
-                    }
+            for later in pending:
+                log["notebooks"][later.stem] = {
+                    "status": "not run",
+                    "error": f"not run: {failure.notebook} failed before it",
+                }
     finally:
         bar.close()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -360,7 +387,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="notebooks run at a time: 2 (train->merge->serve beside the rest) by default where JAX "
+        help="notebooks run at a time: 2 (each free lane starts the longest ready one) by default where JAX "
         "runs on CPU, 1 (in order) on a TPU host",
     )
     p.add_argument(

@@ -55,7 +55,8 @@ def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "
     kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
     model = cls.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype), **kwargs).eval()
     with torch.no_grad():
-        return model(input_ids=torch.as_tensor(tokens)).logits.numpy()
+        # a copy: tokens may be a read-only view (a JAX array's host buffer), which torch warns about
+        return model(input_ids=torch.tensor(np.asarray(tokens))).logits.numpy()
 
 
 def logit_parity(

@@ -38,7 +38,7 @@ def nbdir(tmp_path_factory):
 
 def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
     with pytest.raises(harness.NotebookFailed) as err:
-        harness.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41})
+        harness.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41}, jobs=1)
     assert err.value.notebook == "01_boom"
     assert "ValueError: boom at step 3" in str(err.value)
     run = err.value.output.parent
@@ -100,21 +100,48 @@ def test_parse_parameters_and_only():
         harness.list_notebooks(harness.REPO / "notebooks", only=["77"])
 
 
-def test_lanes_chain_train_merge_serve_beside_the_rest():
-    names = [p.stem for p in harness.list_notebooks(harness.REPO / "notebooks")]
-    paths = [harness.REPO / "notebooks" / f"{n}.ipynb" for n in names]
-    one = harness.plan_lanes(paths, 1)
-    assert [[p.stem[:2] for p in lane] for lane in one] == [[n[:2] for n in names]]
-    two = harness.plan_lanes(paths, 2)
-    assert [[p.stem[:2] for p in lane] for lane in two] == [
-        ["00", "01", "02", "03", "04", "05", "09"],
-        ["06", "07", "08"],
-    ]
-    assert harness.plan_lanes(paths, 4) == two  # one chain: more jobs add nothing
-    only = [p for p in paths if p.stem[:2] in ("00", "07")]
-    assert harness.plan_lanes(only, 2) == [[only[0]], [only[1]]]
+def _simulate(paths, jobs, seconds):
+    """When each notebook would start and end if it took ``seconds[stem]``, under the demo's rule:
+    each free lane starts the first ready notebook of ``harness.schedule``'s order."""
+    pending, running, spans, now = harness.schedule(paths, jobs), {}, {}, 0.0
+    while pending or running:
+        for _ in range(jobs - len(running)):
+            ready = [p for p in pending if not _waits(p, pending, running)]
+            if not ready:
+                break
+            pending.remove(ready[0])
+            running[ready[0]] = now + seconds[ready[0].stem]
+            spans[ready[0].stem[:2]] = (now, running[ready[0]])
+        now = min(running.values())
+        running = {p: end for p, end in running.items() if end > now}
+    return spans
+
+
+def _waits(path, pending, running):
+    """Whether a notebook ``path`` must follow (``harness.AFTER``) is still pending or running."""
+    waiting = {p.stem[:2] for p in (*pending, *running)}
+    return bool(waiting & set(harness.AFTER.get(path.stem[:2], ())))
+
+
+def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
+    paths = harness.list_notebooks(harness.REPO / "notebooks")
+    assert harness.schedule(paths, 1) == paths  # one lane (a TPU host): the numbered order
+    two = harness.schedule(paths, 2)
+    assert sorted(two) == paths and two[:3] == [p for n in ("06", "04", "08") for p in paths if p.stem[:2] == n]
     with pytest.raises(ValueError, match="--jobs 0"):
-        harness.plan_lanes(paths, 0)
+        harness.schedule(paths, 0)
+    # With the seconds the fixed lanes measured (06 -> 07 -> 08 beside the rest: 805 s against
+    # 454 s), the free lanes end within 5% of the best two lanes can do (half the work, or the
+    # longest notebook), and 07 starts only after 06 has finished.
+    seconds = harness.TYPICAL_SECONDS
+    assert set(seconds) == {p.stem for p in paths}
+    spans = _simulate(paths, 2, seconds)
+    makespan = max(end for _, end in spans.values())
+    assert makespan <= 1.05 * max(sum(seconds.values()) / 2, max(seconds.values()))
+    assert makespan < 0.8 * (seconds["06_train"] + seconds["07_merge"] + seconds["08_serving"])
+    assert spans["07"][0] >= spans["06"][1]
+    # 08 starts beside 06, after 06 has trained the plain run it merges (its first ~145 s).
+    assert spans["06"][0] + 145 < spans["08"][0] < spans["06"][1]
 
 
 def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
@@ -132,29 +159,33 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
 
 @pytest.fixture(scope="module")
 def lanes_dir(tmp_path_factory):
-    """05 beside the chain 06 -> 07 -> 08; each records when it ran (wall clock)."""
+    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; 06 takes four times as long as the
+    others; each records when it ran (wall clock)."""
     d = tmp_path_factory.mktemp("lanes")
     timed = (
-        "import time\nfrom cookbook.harness import record\nt0 = time.time()\ntime.sleep(SLEEP)\n"
-        "record('{name}', t0=t0, t1=time.time())\nif FAIL == '{name}':\n    raise RuntimeError('{name} broke')"
+        "import time\nfrom cookbook.harness import record\nt0 = time.time()\nif FAIL == '{name}':\n"
+        "    raise RuntimeError('{name} broke')\ntime.sleep({factor} * SLEEP)\nrecord('{name}', t0=t0, t1=time.time())"
     )
     for name in ("05_side", "06_first", "07_second", "08_third"):
-        _notebook(d / f"{name}.ipynb", timed.format(name=name), params="SLEEP = 2.5\nFAIL = ''")
+        factor = 4 if name == "06_first" else 1
+        _notebook(d / f"{name}.ipynb", timed.format(name=name, factor=factor), params="SLEEP = 2.5\nFAIL = ''")
     return d
 
 
 def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, tmp_path):
     run, _ = harness.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "ok", jobs=2)
     log = json.loads((run / "demo.json").read_text())
-    assert log["lanes"] == [["05_side"], ["06_first", "07_second", "08_third"]]
+    # None of these is in harness.TYPICAL_SECONDS: the numbered order.
+    assert log["jobs"] == 2 and log["order"] == ["05_side", "06_first", "07_second", "08_third"]
     t = {n: json.loads((run / f"{n}.json").read_text()) for n in log["notebooks"]}
     assert t["05_side"]["t0"] < t["06_first"]["t1"] and t["06_first"]["t0"] < t["05_side"]["t1"]  # overlapped
-    assert t["06_first"]["t1"] <= t["07_second"]["t0"] and t["07_second"]["t1"] <= t["08_third"]["t0"]  # in order
+    # The lane 05 freed skipped 07 (06 still running) and took 08; 07 started after 06 ended.
+    assert t["05_side"]["t1"] <= t["08_third"]["t0"] < t["06_first"]["t1"] <= t["07_second"]["t0"]
     assert all(v["status"] == "ok" for v in log["notebooks"].values())
-    # 06 fails while 05 runs: 05 finishes, 07 and 08 never start, the error names 06.
+    # 06 fails at once while 05 runs: 05 finishes, 07 and 08 never start, the error names 06.
     with pytest.raises(harness.NotebookFailed) as err:
         harness.run_demo(
-            notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 1.0, "FAIL": "06_first"}
+            notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 2.0, "FAIL": "06_first"}
         )
     assert err.value.notebook == "06_first" and "RuntimeError: 06_first broke" in str(err.value)
     run = err.value.output.parent
