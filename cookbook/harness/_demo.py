@@ -297,6 +297,7 @@ def run_demo(
                     _execute, path, run_dir / path.name, dict(parameters or {}), notebooks_dir, kernel_name, timeout_s
                 )
             ] = (lane, path, time.perf_counter())
+            save_log()  # demo.json shows what is running
 
     try:
         fill_lanes()
