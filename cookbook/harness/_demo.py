@@ -14,7 +14,7 @@ ready (:func:`schedule`: longest first by :data:`TYPICAL_SECONDS`, 07 only after
 :data:`AFTER`). Much of a notebook's time is one core's work (XLA's compiles, the vLLM server's
 start, the simulator), so on the 2-core CI machine two lanes took the demo from 9.8 to about 6.5
 minutes; fixed lanes (06 -> 07 -> 08 in one, the rest in the other) later left one lane idle for a
-third of the run (demo.json at d12c623: 454 s against 805 s). On a TPU host the lanes would
+third of the run (a fresh-cache run inside make test, 2026-12-05: 454 s against 805 s). On a TPU host the lanes would
 compete for the chips, which one process owns at a time: there, and wherever JAX is not on CPU,
 it is one lane in order (``--jobs 1``).
 """
@@ -47,7 +47,7 @@ REPO = core.REPO_ROOT
 # after 06 has trained it (on the 2-core machine; elsewhere it may wait on that lock, no more).
 AFTER: dict[str, tuple[str, ...]] = {"07": ("06",)}
 # Seconds each notebook's default run took in `make demo` on the 2-core CPU machine (demo.json of
-# a fresh-cache run inside make test at d12c623, the two lanes side by side): the scheduler's
+# a fresh-cache run inside make test, 2026-12-05, in the fixed lanes of before): the scheduler's
 # priorities, so only their order matters. A notebook not listed counts as 0: after these, in order.
 TYPICAL_SECONDS: dict[str, float] = {
     "06_train": 528,

@@ -113,24 +113,42 @@ def test_bench_cli(vllm_lora_server, tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
-    """Same point, vLLM's benchmark and ours: same token counts, throughput within 2x (noisy host)."""
+    """Same point, vLLM's benchmark and ours: same token counts, throughput within 2x (noisy host).
+
+    Each tool's throughput is its tokens over its own wall time, so a stall during one run moves
+    it: on this shared 2-core host (the other test stream beside it, a kernel or a compile
+    starting) one run's ratio was 6.99 (2026-12-05), against 0.5-2 in every run before. Each tool
+    therefore runs twice, interleaved, and the best of each is compared, as a benchmark takes the
+    best of its repeats: a stall must then hit both runs of one tool to move the ratio."""
     server = vllm_lora_server
-    theirs = serve.vllm_bench_point(
-        server.base_url,
-        "base",
-        server.config.model_dir,
-        input_len=24,
-        output_len=16,
-        num_prompts=16,
-        concurrency=4,
-        api_key=server.api_key,
+    theirs, ours = [], []
+    for _ in range(2):
+        theirs.append(
+            serve.vllm_bench_point(
+                server.base_url,
+                "base",
+                server.config.model_dir,
+                input_len=24,
+                output_len=16,
+                num_prompts=16,
+                concurrency=4,
+                api_key=server.api_key,
+            )
+        )
+        ours.append(
+            serve.run_point(
+                server.base_url, "base", serve.random_prompts(1024, 16, 24), 16, concurrency=4, api_key=server.api_key
+            )
+        )
+    for t, o in zip(theirs, ours, strict=True):
+        assert t["completed"] == 16 and t["total_output_tokens"] == o["output_tokens"] == 256
+    best_theirs = max(theirs, key=lambda t: t["output_throughput"])
+    best_ours = max(ours, key=lambda o: o["output_tok_s"])
+    ratios = serve.compare_with_vllm_bench(best_ours, best_theirs)
+    assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, (
+        ratios,
+        [serve.compare_with_vllm_bench(o, t) for t, o in zip(theirs, ours, strict=True)],
     )
-    ours = serve.run_point(
-        server.base_url, "base", serve.random_prompts(1024, 16, 24), 16, concurrency=4, api_key=server.api_key
-    )
-    assert theirs["completed"] == 16 and theirs["total_output_tokens"] == ours["output_tokens"] == 256
-    ratios = serve.compare_with_vllm_bench(ours, theirs)
-    assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, ratios
 
 
 @pytest.fixture
