@@ -13,6 +13,7 @@ from cookbook.harness._demo import (  # noqa: F401
     default_jobs,
     ipc_kernel_manager,
     list_notebooks,
+    next_ready,
     parse_parameters,
     run_demo,
     schedule,

@@ -111,11 +111,12 @@ def schedule(paths: Sequence[Path], jobs: int) -> list[Path]:
     return sorted(paths, key=lambda p: -TYPICAL_SECONDS.get(p.stem, 0.0))
 
 
-def _ready(path: Path, pending: Sequence[Path], running: Sequence[Path]) -> bool:
-    """Whether every notebook ``path`` must follow (:data:`AFTER`) has finished: none of them is
-    still pending or running (one not in this run counts as finished)."""
+def next_ready(pending: Sequence[Path], running: Sequence[Path]) -> Path | None:
+    """The notebook a free lane starts next: the first of ``pending`` (in :func:`schedule`'s
+    order) whose :data:`AFTER` notebooks have finished, none of them pending or ``running`` (one
+    not in this run counts as finished); None when each waits on one still to finish."""
     waiting = {p.stem[:2] for p in (*pending, *running)}
-    return not waiting.intersection(AFTER.get(path.stem[:2], ()))
+    return next((p for p in pending if not waiting.intersection(AFTER.get(p.stem[:2], ()))), None)
 
 
 def ipc_kernel_manager() -> type:
@@ -286,7 +287,7 @@ def run_demo(
         for lane in range(jobs):
             if failure is not None or lane in {ln for ln, _, _ in running.values()}:
                 continue
-            path = next((p for p in pending if _ready(p, pending, [q for _, q, _ in running.values()])), None)
+            path = next_ready(pending, [q for _, q, _ in running.values()])
             if path is None:
                 return
             pending.remove(path)

@@ -106,21 +106,15 @@ def _simulate(paths, jobs, seconds):
     pending, running, spans, now = harness.schedule(paths, jobs), {}, {}, 0.0
     while pending or running:
         for _ in range(jobs - len(running)):
-            ready = [p for p in pending if not _waits(p, pending, running)]
-            if not ready:
+            path = harness.next_ready(pending, list(running))
+            if path is None:
                 break
-            pending.remove(ready[0])
-            running[ready[0]] = now + seconds[ready[0].stem]
-            spans[ready[0].stem[:2]] = (now, running[ready[0]])
+            pending.remove(path)
+            running[path] = now + seconds[path.stem]
+            spans[path.stem[:2]] = (now, running[path])
         now = min(running.values())
         running = {p: end for p, end in running.items() if end > now}
     return spans
-
-
-def _waits(path, pending, running):
-    """Whether a notebook ``path`` must follow (``harness.AFTER``) is still pending or running."""
-    waiting = {p.stem[:2] for p in (*pending, *running)}
-    return bool(waiting & set(harness.AFTER.get(path.stem[:2], ())))
 
 
 def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
