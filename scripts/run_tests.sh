@@ -20,6 +20,8 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu}
 export COOKBOOK_CACHE=${COOKBOOK_CACHE:-$PWD/.cache/cookbook}
 export TOKENIZERS_PARALLELISM=false
+# glibc's malloc on huge pages, as the Makefile sets it (cookbook.core.CPU_GLIBC_TUNABLES).
+export GLIBC_TUNABLES=${GLIBC_TUNABLES-glibc.malloc.hugetlb=1}
 # Per-test wall and CPU seconds (tests/profiling.py), one file per stream; scripts/profile_tests.py
 # prints them.
 PROFILE_DIR=${COOKBOOK_TEST_PROFILE_DIR:-$PWD/.cache/test-profile}

@@ -61,6 +61,7 @@ from cookbook.core._numerics import (  # noqa: F401
 from cookbook.core._runtime import (  # noqa: F401
     COMPILE_CACHE_MAX_BYTES,
     COMPILE_CACHE_MIN_SECONDS,
+    CPU_GLIBC_TUNABLES,
     DEFAULT_CACHE,
     LIBTPU_NO_CHIPS_NOISE,
     REPO_ROOT,

@@ -55,6 +55,38 @@ def test_setup_runtime_env_defaults_to_cpu_without_tpu_chips():
     }
 
 
+# A process that calls setup_runtime_env, then asks glibc's dynamic loader which tunables its
+# own children get: glibc ignores a tunable it does not know without a word, so only ld.so can
+# say whether the setting takes effect.
+_CHILD_TUNABLES = """
+import subprocess, sys
+from cookbook import core
+core.setup_runtime_env()
+print(subprocess.run([sys.argv[1], "--list-tunables"], capture_output=True, text=True, check=True).stdout)
+"""
+
+
+def _glibc_tunables_of_children(**env) -> dict[str, str]:
+    loader = next(  # this Python's dynamic loader, from its memory map
+        line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/ld-linux" in line
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "JAX_PLATFORMS")}
+    clean.update(env, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD_TUNABLES, loader], env=clean, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(line.split(": ")[:2] for line in out.stdout.splitlines() if ": " in line)
+
+
+def test_processes_started_on_a_cpu_host_run_malloc_on_huge_pages():
+    assert not core.on_tpu_host()
+    assert _glibc_tunables_of_children()["glibc.malloc.hugetlb"].startswith("0x1 ")
+    # A user's own GLIBC_TUNABLES is kept as it is.
+    kept = _glibc_tunables_of_children(GLIBC_TUNABLES="glibc.malloc.arena_max=2")
+    assert kept["glibc.malloc.hugetlb"].startswith("0x0 ") and kept["glibc.malloc.arena_max"].startswith("0x2 ")
+
+
 # A child that compiles one small function under the cookbook's defaults and says what JAX did
 # with it: the cache directory JAX was given, and the persistent-cache hits it counted.
 _COMPILE_ONCE = """
