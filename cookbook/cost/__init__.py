@@ -21,4 +21,4 @@ from cookbook.cost._cost import (  # noqa: F401
     predict_training,
     total_cost_usd,
 )
-from cookbook.cost._cost import register_cli as register_cost_cli  # noqa: E402, F401, I001
+from cookbook.cost._cli import register_cli as register_cost_cli  # noqa: E402, F401, I001

@@ -44,12 +44,13 @@ def test_same_adamw_steps(parity):
     # Training moves the loss a lot; the two stacks move it together. Adam's first updates are
     # +-lr per weight whatever the gradient's size, so the few weights whose gradient sign is
     # within float32 noise step apart: a small, bounded residual, not a different objective.
+    # Bounded against how far training moved the loss (1.06 in 4 steps): 0.5% of it.
     assert t[0] - t[-1] > 0.5
-    assert parity.max_step_loss_diff <= 5e-3
+    assert parity.max_step_loss_diff <= 5e-3 * (t[0] - t[-1])
     assert parity.rel_lora_update_diff <= 0.1
     assert parity.max_lora_weight_change > 10 * 1e-4
     # For scale: Tunix against itself from weights perturbed by 1e-4 (relative; the stacks'
-    # gradients differ by ~5e-5) drifts at least as far. Measured: 2.6e-3 / 4.7% across the
-    # stacks, 7.1e-3 / 13% for the control.
+    # gradients differ by ~5e-5) drifts at least as far. Measured 2026-12-05: 2.5e-4 / 0.35%
+    # across the stacks, 2.2e-2 / 14% for the control (2.6e-3 / 4.7% and 7.1e-3 / 13% before).
     assert parity.max_step_loss_diff <= 2 * parity.control_max_step_loss_diff
     assert parity.rel_lora_update_diff <= 2 * parity.control_rel_lora_update_diff

