@@ -90,6 +90,11 @@ class SliceSpec:
     num_chips: int
     topology: str  # for jax.experimental.topologies.get_topology_desc, e.g. "v5p:2x2x1"
     num_hosts: int
+    # libtpu assumes a host drives 2 x 2 x 1 chips; a topology that this does not divide (one
+    # chip: "v5e:1x1", "v6e:1x1") is refused ("not divisible by the given (or default)
+    # chips_per_host_bounds 2x2x1") unless the bounds are given (libtpu 0.0.42.1).
+    chips_per_host_bounds: tuple[int, int, int] | None = None
+    runtime: str = ""  # where a user gets this slice besides Cloud TPU (Colab, Kaggle), if anywhere
 
     @property
     def hbm_bytes(self) -> int:
@@ -103,6 +108,13 @@ class SliceSpec:
     def chips_per_host(self) -> int:
         return self.num_chips // self.num_hosts
 
+    def topology_desc_kwargs(self) -> dict:
+        """Keyword arguments of ``jax.experimental.topologies.get_topology_desc`` for this slice."""
+        kwargs: dict = {"platform": "tpu", "topology_name": self.topology}
+        if self.chips_per_host_bounds is not None:
+            kwargs["chips_per_host_bounds"] = self.chips_per_host_bounds
+        return kwargs
+
     def describe(self) -> str:
         c = self.chip
         return (
@@ -110,11 +122,15 @@ class SliceSpec:
             f"{'s' if self.num_hosts > 1 else ''}); per chip {c.hbm_bytes / 1e9:.0f} GB HBM at "
             f"{c.hbm_bytes_per_s / 1e9:,.0f} GB/s, {c.bf16_flops / 1e12:.0f} TFLOP/s bf16; slice "
             f"{self.hbm_bytes / 1e9:,.0f} GB, {self.bf16_flops / 1e15:.2f} PFLOP/s"
+            + (f"; {self.runtime}" if self.runtime else "")
         )
 
 
-def _slice(name: str, chip: str, chips: int, topology: str, hosts: int) -> SliceSpec:
-    return SliceSpec(name=name, chip=CHIPS[chip], num_chips=chips, topology=topology, num_hosts=hosts)
+def _slice(name: str, chip: str, chips: int, topology: str, hosts: int, **extra) -> SliceSpec:
+    return SliceSpec(name=name, chip=CHIPS[chip], num_chips=chips, topology=topology, num_hosts=hosts, **extra)
+
+
+ONE_CHIP = (1, 1, 1)  # chips_per_host_bounds of a one-chip host
 
 
 SLICES: dict[str, SliceSpec] = {
@@ -131,7 +147,11 @@ SLICES: dict[str, SliceSpec] = {
         _slice("v6e-32", "v6e", 32, "v6e:4x8", 8),
         _slice("v6e-64", "v6e", 64, "v6e:8x8", 16),
         _slice("v6e-256", "v6e", 256, "v6e:16x16", 64),
-        _slice("v5e-8", "v5e", 8, "v5e:2x4", 1),
+        # The single chips Colab rents (2026): v5e-1 on the free tier, v6e-1 paid.
+        _slice("v5e-1", "v5e", 1, "v5e:1x1", 1, chips_per_host_bounds=ONE_CHIP, runtime="Colab's free TPU runtime"),
+        _slice("v6e-1", "v6e", 1, "v6e:1x1", 1, chips_per_host_bounds=ONE_CHIP, runtime="Colab's paid TPU runtime"),
+        _slice("v5e-4", "v5e", 4, "v5e:2x2", 1),
+        _slice("v5e-8", "v5e", 8, "v5e:2x4", 1, runtime="Kaggle's free TPU (9-hour sessions)"),
         _slice("v5e-16", "v5e", 16, "v5e:4x4", 4),
     )
 }

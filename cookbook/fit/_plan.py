@@ -51,14 +51,15 @@ def tpu_devices(slice_name: str) -> list:
     """The devices of a TPU slice as libtpu describes them; no TPU needs to be attached."""
     from jax.experimental import topologies
 
-    topology = core.get_slice(slice_name).topology  # ValueError for unknown slices
+    spec = core.get_slice(slice_name)  # ValueError for unknown slices
+    topology = spec.topology
     if not core.on_tpu_host():
         # No chips to guard: let several processes (pytest and a notebook kernel, or
         # parallel plans) describe topologies; libtpu otherwise allows one per host.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         with core.libtpu_first_load_quiet():  # no chips here: libtpu's metadata complaints only
-            topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+            topo = topologies.get_topology_desc(**spec.topology_desc_kwargs())
     except Exception as e:  # libtpu missing or too old
         raise RuntimeError(
             f"cannot describe TPU topology {topology!r} ({e}). "

@@ -34,6 +34,9 @@ def test_known_slices_carry_the_datasheet_figures():
         dims = [int(x) for x in s.topology.split(":")[1].split("x")]
         assert math.prod(dims) == s.num_chips, s.name
     assert "459 TFLOP/s" in v5p.describe()
+    # The runtimes users get for free are named as such.
+    assert "Colab's free TPU runtime" in M.SLICES["v5e-1"].describe()
+    assert "Kaggle's free TPU" in M.SLICES["v5e-8"].describe()
     with pytest.raises(ValueError, match="known: v5p-8"):
         M.get_slice("v5p-7")
 
@@ -44,11 +47,14 @@ def test_slice_topologies_give_the_right_tpu_devices_without_a_tpu(monkeypatch):
 
     # another process (a planner run) may hold libtpu's lockfile
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"))
-    for name in ("v5p-8", "v6e-8", "v5e-8", "v5p-16"):
+    for name in ("v5p-8", "v6e-8", "v5e-8", "v5p-16", "v5e-4", "v5e-1", "v6e-1"):
         s = M.SLICES[name]
-        devices = topologies.get_topology_desc(platform="tpu", topology_name=s.topology).devices
+        devices = topologies.get_topology_desc(**s.topology_desc_kwargs()).devices
         assert len(devices) == s.num_chips, name
         assert M.chip_of(devices[0].device_kind) == s.chip.name, devices[0].device_kind
+    # One chip needs its host bounds: libtpu's default (2 x 2 x 1 chips per host) refuses it.
+    with pytest.raises(Exception, match="chips_per_host_bounds"):
+        topologies.get_topology_desc(platform="tpu", topology_name=M.SLICES["v5e-1"].topology)
 
 
 def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
