@@ -9,11 +9,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_notebook(name: str | Path, run_dir: Path, **parameters: Any) -> dict[str, Any]:
+def run_notebook(
+    name: str | Path, run_dir: Path, *, env: dict[str, str] | None = None, **parameters: Any
+) -> dict[str, Any]:
     """Execute ``notebooks/<name>.ipynb`` with ``parameters``; return its recorded results.
 
     ``run_dir`` becomes ``COOKBOOK_RUN_DIR`` for the kernel, so the notebook's artefacts and its
-    results JSON land there; the executed copy is saved beside them.
+    results JSON land there; the executed copy is saved beside them. ``env``: variables set for
+    the kernel on top of a user's environment (e.g. ``XLA_FLAGS`` for one CPU device).
     """
     import papermill as pm
 
@@ -27,7 +30,7 @@ def run_notebook(name: str | Path, run_dir: Path, **parameters: Any) -> dict[str
     # notebook asks for 8 itself, as 00, 01, 03 and 05 do), so that what it trains is the run the
     # demo and the shared fixtures train (tests/userenv.py), in the suite's cache.
     saved = dict(os.environ)
-    kernel_env = kernel_environment(run_dir)  # before the clear: it is derived from this environment
+    kernel_env = kernel_environment(run_dir) | dict(env or {})  # before the clear: derived from it
     os.environ.clear()
     os.environ.update(kernel_env)
     try:

@@ -23,6 +23,7 @@ from cookbook.mesh._mesh import (  # noqa: F401
     choose_mesh,
     make_mesh,
     max_tp,
+    mesh_for_devices,
     mesh_rules,
     valid_meshes,
     validate_mesh,

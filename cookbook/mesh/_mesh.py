@@ -167,13 +167,14 @@ def max_tp(preset: str | models.ModelPreset) -> tuple[int, str]:
     return tp, bound.dimension
 
 
-def choose_mesh(preset: str | models.ModelPreset, slice_: str | core.SliceSpec | int, batch: int) -> MeshChoice:
+def choose_mesh(preset: str | models.ModelPreset, slice_: str | core.SliceSpec | int, batch: int | None) -> MeshChoice:
     """Pick (fsdp, tp) for training ``preset`` on a slice (or a device count) at ``batch``.
 
     Policy: as much tensor parallelism as the model allows (tp shards weights and compute
     and needs nothing from the batch; LoRA at micro-batch 1-2 has little activation memory
     for fsdp to save), the rest of the chips on fsdp, which needs the batch to divide.
-    On v5p-8 (4 chips) that is the paper's fsdp 1 x tp 4; on v6e-8 fsdp 2 x tp 4.
+    On v5p-8 (4 chips) that is the paper's fsdp 1 x tp 4; on v6e-8 fsdp 2 x tp 4. ``batch``
+    None: no batch to divide (a mesh that only holds weights, as for loading a model).
     """
     p = models.get_preset(preset)
     s = core.cpu_slice(slice_) if isinstance(slice_, int) else core.get_slice(slice_)
@@ -197,7 +198,45 @@ def choose_mesh(preset: str | models.ModelPreset, slice_: str | core.SliceSpec |
     if tp < min(limit, n):
         why.append(f"tp={min(limit, n)} would leave fsdp={n // min(limit, n)}, which batch {batch} does not fill.")
     why.append(
-        f"Chose fsdp={fsdp} x tp={tp}: the largest tp that fits, the remaining factor {fsdp} on fsdp "
-        f"(batch {batch} divides by it)."
+        f"Chose fsdp={fsdp} x tp={tp}: the largest tp that fits, the remaining factor {fsdp} on fsdp"
+        + (f" (batch {batch} divides by it)." if batch is not None else ".")
     )
     return MeshChoice(fsdp=fsdp, tp=tp, slice=s.name, reason=" ".join(why), candidates=tuple(candidates))
+
+
+def mesh_for_devices(
+    preset: str | models.ModelPreset, fsdp: int = 0, tp: int = 0, batch: int | None = None
+) -> MeshChoice:
+    """The (fsdp, tp) that a notebook's mesh parameters ask for, 0 meaning "from the devices present".
+
+    Both 0: :func:`choose_mesh` on the slice JAX runs on (:func:`detect_runtime`), so the same
+    notebook runs on a one-chip Colab runtime (1 x 1), on a v5p-8 (1 x 4 for 31B) and on the CPU
+    default of 8 fake devices (4 x 2 for ``tiny``). One of them 0: the devices the other leaves.
+    Neither: as given (it may use fewer devices than are present); only the count is checked
+    here, what the model's shapes allow is :func:`validate_mesh`'s.
+    """
+    from cookbook.mesh._runtime import detect_runtime
+
+    if fsdp < 0 or tp < 0:
+        raise MeshError(f"mesh fsdp={fsdp} x tp={tp}: give sizes of 1 or more, or 0 for 'from the devices present'")
+    runtime = detect_runtime()
+    n = runtime.num_devices
+    if not fsdp and not tp:
+        found = runtime.slice if runtime.slice is not None and runtime.slice.num_chips == n else n
+        return choose_mesh(preset, found, batch)
+    given = fsdp or tp
+    if n % given:
+        raise MeshError(
+            f"mesh {'fsdp' if fsdp else 'tp'}={given} does not divide the {n} devices present; "
+            "give a divisor of the device count, or 0 for both to choose from the devices"
+        )
+    fsdp, tp = fsdp or n // tp, tp or n // fsdp
+    if fsdp * tp > n:
+        raise MeshError(f"mesh fsdp={fsdp} x tp={tp} needs {fsdp * tp} devices; {n} are present (0 and 0 choose)")
+    return MeshChoice(
+        fsdp=fsdp,
+        tp=tp,
+        slice=runtime.slice.name if runtime.slice is not None else f"{n} devices",
+        reason=f"fsdp={fsdp} x tp={tp} as given: {fsdp * tp} of the {n} devices present.",
+        candidates=tuple(valid_meshes(preset, n, batch)),
+    )

@@ -169,6 +169,21 @@ def test_two_local_processes_build_one_global_mesh_and_agree():
     assert results[0]["trace"] == results[1]["trace"]
 
 
+def test_mesh_parameters_of_0_come_from_the_devices_present():
+    # This process has 8 fake CPU devices; tiny's 2 global KV heads cap tp at 2.
+    assert M.mesh_for_devices("tiny").shape == (4, 2)
+    assert M.mesh_for_devices("tiny", 0, 1).shape == (8, 1)
+    assert M.mesh_for_devices("tiny", 2, 2).shape == (2, 2)  # as given: 4 of the 8 devices
+    assert M.mesh_for_devices("tiny", 2, 0).shape == (2, 4)  # what fsdp 2 leaves, as asked
+    with pytest.raises(M.MeshError, match="fsdp=3 does not divide the 8 devices"):
+        M.mesh_for_devices("tiny", 3, 0)
+    with pytest.raises(M.MeshError, match="needs 16 devices; 8 are present"):
+        M.mesh_for_devices("tiny", 8, 2)
+    # The batch must divide over fsdp: at batch 2 no mesh over all 8 devices works for tiny.
+    with pytest.raises(M.MeshError, match="use a batch that is a multiple of 4"):
+        M.mesh_for_devices("tiny", batch=2)
+
+
 def test_slice_table_prices_are_the_price_tables():
     from cookbook import core, cost
 
