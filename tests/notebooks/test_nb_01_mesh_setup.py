@@ -31,3 +31,11 @@ def test_mesh_setup_plans_31b_on_v5p8(tmp_path):
     pods = {r["slice"]: r for r in results["pod_meshes"]}
     assert (pods["v5p-16"]["hosts"], pods["v5p-16"]["mesh"], pods["v5p-16"]["rows_per_host"]) == (2, "2 x 4", 2)
     assert (pods["v6e-16"]["hosts"], pods["v6e-16"]["mesh"]) == (4, "4 x 4")
+
+
+def test_mesh_setup_as_committed_on_one_device(tmp_path):
+    """One device, as a one-chip runtime looks to the code: the mesh of the devices present is
+    1 x 1, and the simulated hosts (their own processes) still build one global mesh."""
+    results = run_notebook("01_mesh_setup", tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+    assert results["num_devices"] == 1 and results["mesh"] == [1, 1] and results["candidates"] == [[1, 1]]
+    assert results["multihost_agree"] is True
