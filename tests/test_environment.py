@@ -106,6 +106,15 @@ def test_every_colab_setup_cell_installs_the_tpu_extra_at_the_tested_pins():
         assert 'sys.path.insert(0, os.path.abspath("cookbook_src"))' in cells[0], path.name
 
 
+def test_every_notebook_opens_on_colabs_free_tpu():
+    """Colab reads the runtime a notebook asks for from its metadata: a TPU, the free v5e-1."""
+    import nbformat
+
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        meta = nbformat.read(path, as_version=4).metadata
+        assert meta.get("accelerator") == "TPU" and meta.get("colab", {}).get("gpuType") == "V5E1", path.name
+
+
 def test_readme_tpu_vm_command_uses_the_constraints():
     readme = (REPO / "README.md").read_text()
     assert "-c constraints/tpu-host.txt" in readme.split("**TPU VM**", 1)[1].split("```", 2)[1]
