@@ -224,13 +224,14 @@ def mesh_for_devices(
     if not fsdp and not tp:
         found = runtime.slice if runtime.slice is not None and runtime.slice.num_chips == n else n
         return choose_mesh(preset, found, batch)
-    given = fsdp or tp
-    if n % given:
-        raise MeshError(
-            f"mesh {'fsdp' if fsdp else 'tp'}={given} does not divide the {n} devices present; "
-            "give a divisor of the device count, or 0 for both to choose from the devices"
-        )
-    fsdp, tp = fsdp or n // tp, tp or n // fsdp
+    if not (fsdp and tp):  # one axis given: the other takes the devices it leaves
+        given = fsdp or tp
+        if n % given:
+            raise MeshError(
+                f"mesh {'fsdp' if fsdp else 'tp'}={given} does not divide the {n} devices present; "
+                "give a divisor of the device count, or 0 for both to choose from the devices"
+            )
+        fsdp, tp = fsdp or n // tp, tp or n // fsdp
     if fsdp * tp > n:
         raise MeshError(f"mesh fsdp={fsdp} x tp={tp} needs {fsdp * tp} devices; {n} are present (0 and 0 choose)")
     return MeshChoice(

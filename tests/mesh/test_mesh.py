@@ -174,6 +174,7 @@ def test_mesh_parameters_of_0_come_from_the_devices_present():
     assert M.mesh_for_devices("tiny").shape == (4, 2)
     assert M.mesh_for_devices("tiny", 0, 1).shape == (8, 1)
     assert M.mesh_for_devices("tiny", 2, 2).shape == (2, 2)  # as given: 4 of the 8 devices
+    assert M.mesh_for_devices("tiny", 3, 1).shape == (3, 1)  # as given, even if 3 does not divide 8
     assert M.mesh_for_devices("tiny", 2, 0).shape == (2, 4)  # what fsdp 2 leaves, as asked
     with pytest.raises(M.MeshError, match="fsdp=3 does not divide the 8 devices"):
         M.mesh_for_devices("tiny", 3, 0)
