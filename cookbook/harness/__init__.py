@@ -7,6 +7,7 @@ from cookbook.harness._cli import (  # noqa: F401
 )
 from cookbook.harness._demo import (  # noqa: F401
     AFTER,
+    KERNEL_SHUTDOWN_WAIT_S,
     REPO,
     TYPICAL_SECONDS,
     NotebookFailed,

@@ -119,6 +119,9 @@ def next_ready(pending: Sequence[Path], running: Sequence[Path]) -> Path | None:
     return next((p for p in pending if not waiting.intersection(AFTER.get(p.stem[:2], ()))), None)
 
 
+KERNEL_SHUTDOWN_WAIT_S = 60.0  # a kernel asked to shut down gets SIGTERM after half of it
+
+
 def ipc_kernel_manager() -> type:
     """jupyter_client's ``KernelManager`` on IPC transport (Unix sockets) instead of TCP.
 
@@ -132,6 +135,11 @@ def ipc_kernel_manager() -> type:
     kernel binds in its own (the notebooks' folder): two kernels running at once there (the
     demo's two lanes, or a notebook test beside the demo) took the same sockets and read each
     other's messages ("Invalid Signature").
+
+    A finished kernel gets :data:`KERNEL_SHUTDOWN_WAIT_S` to exit, not jupyter_client's 5 s (it
+    sends SIGTERM after half of it): notebook 04's kernel, which holds libtpu for its deviceless
+    compiles, took longer on a loaded 2-core machine inside `make test` (2026-12-05), and libtpu's
+    signal handler wrote its SIGTERM as two "E1205 ... RAW:" lines on the demo's console.
     """
     import tempfile
     import uuid
@@ -147,6 +155,10 @@ def ipc_kernel_manager() -> type:
         @default("ip")
         def _default_ip(self):
             return os.path.join(tempfile.gettempdir(), f"cookbook-kernel-{uuid.uuid4().hex}-ipc")
+
+        @default("shutdown_wait_time")
+        def _default_shutdown_wait_time(self):
+            return KERNEL_SHUTDOWN_WAIT_S
 
     return IpcKernelManager
 

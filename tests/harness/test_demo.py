@@ -138,6 +138,11 @@ def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
     assert spans["06"][0] + 145 < spans["08"][0] < spans["06"][1]
 
 
+def test_a_finished_kernel_gets_time_to_exit_before_sigterm():
+    # jupyter_client's default is 5 s (SIGTERM after 2.5), which a kernel holding libtpu overran.
+    assert harness.ipc_kernel_manager()().shutdown_wait_time == harness.KERNEL_SHUTDOWN_WAIT_S >= 30
+
+
 def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
     from cookbook import core
 
@@ -153,15 +158,23 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
 
 @pytest.fixture(scope="module")
 def lanes_dir(tmp_path_factory):
-    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; 06 takes four times as long as the
-    others; each records when it ran (wall clock)."""
+    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; 06 sleeps eight times as long as
+    the others, to span 05, 08's kernel start and 08; each records when it ran (wall clock). With
+    FAIL set, the failing notebook leaves a mark in the run directory before it raises, and the
+    others wait for that mark before their sleep: the failure comes first however long each kernel
+    takes to start (on a loaded machine 05's kernel once finished its 2 s before 06's had started,
+    and the free lane rightly took 08)."""
     d = tmp_path_factory.mktemp("lanes")
     timed = (
-        "import time\nfrom cookbook.harness import record\nt0 = time.time()\nif FAIL == '{name}':\n"
-        "    raise RuntimeError('{name} broke')\ntime.sleep({factor} * SLEEP)\nrecord('{name}', t0=t0, t1=time.time())"
+        "import os, pathlib, time\nfrom cookbook.harness import record\nt0 = time.time()\n"
+        "mark = pathlib.Path(os.environ['COOKBOOK_RUN_DIR']) / 'failed.mark'\n"
+        "if FAIL == '{name}':\n    mark.touch()\n    raise RuntimeError('{name} broke')\n"
+        "while FAIL and not mark.exists() and time.time() - t0 < 300:\n    time.sleep(0.1)\n"
+        "time.sleep({factor} * SLEEP)\nrecord('{name}', t0=t0, t1=time.time())"
     )
     for name in ("05_side", "06_first", "07_second", "08_third"):
-        factor = 4 if name == "06_first" else 1
+        # 4 x SLEEP once ended 4 s before 08's kernel had started
+        factor = 8 if name == "06_first" else 1
         _notebook(d / f"{name}.ipynb", timed.format(name=name, factor=factor), params="SLEEP = 2.5\nFAIL = ''")
     return d
 
@@ -176,10 +189,11 @@ def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, 
     # The lane 05 freed skipped 07 (06 still running) and took 08; 07 started after 06 ended.
     assert t["05_side"]["t1"] <= t["08_third"]["t0"] < t["06_first"]["t1"] <= t["07_second"]["t0"]
     assert all(v["status"] == "ok" for v in log["notebooks"].values())
-    # 06 fails at once while 05 runs: 05 finishes, 07 and 08 never start, the error names 06.
+    # 06 fails at once while 05 runs (05 sleeps 5 s after 06's failure): 05 finishes, 07 and 08
+    # never start, the error names 06.
     with pytest.raises(harness.NotebookFailed) as err:
         harness.run_demo(
-            notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 2.0, "FAIL": "06_first"}
+            notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 5.0, "FAIL": "06_first"}
         )
     assert err.value.notebook == "06_first" and "RuntimeError: 06_first broke" in str(err.value)
     run = err.value.output.parent
