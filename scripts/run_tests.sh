@@ -48,7 +48,7 @@ tpu_host_pass() {
   local base cache preset rc=0 xla_cache=${JAX_COMPILATION_CACHE_DIR-$COOKBOOK_CACHE/jax-compile}
   cache=$(mktemp -d)
   mkdir -p "$cache/base"
-  for preset in tiny tiny_e2b tiny_26b_a4b; do  # tiny and the two structural twins
+  for preset in tiny tiny_e2b tiny_12b tiny_26b_a4b; do  # tiny and the three structural twins
     base=$(PYTHONPATH=$PWD "$VENV/bin/python" -m cookbook base --preset "$preset")
     cp -r "$base" "$cache/base/"
   done

@@ -47,6 +47,14 @@ def tiny_e2b_base() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_12b_base() -> Path:
+    """The 12B-shaped random twin's base (released gemma4_unified layout; one global KV head)."""
+    from cookbook import models
+
+    return models.ensure_base("tiny_12b")
+
+
+@pytest.fixture(scope="session")
 def tiny_26b_a4b_base() -> Path:
     """The 26B-A4B-shaped random twin's base (experts beside the dense MLP)."""
     from cookbook import models

@@ -281,17 +281,14 @@ def tunix_samples(
 # ------------------------------------------------------------------------------------------
 # transformers generate (the GPU recipe's model: a checkpoint, optionally with a PEFT adapter)
 def load_transformers_model(model_dir: str | Path, adapter_dir: str | Path | None = None):
-    """A transformers model (text-only or multimodal Gemma 4 layout), with a PEFT adapter on top."""
-    import json
+    """A transformers model (text-only or multimodal Gemma 4 layout), with a PEFT adapter on top.
 
+    ``AutoModelForCausalLM`` picks the class of each layout: ``Gemma4ForCausalLM`` (text-only),
+    ``Gemma4ForConditionalGeneration`` or ``Gemma4UnifiedForConditionalGeneration`` (12B).
+    """
     from transformers import AutoModelForCausalLM
 
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    if "text_config" in config and adapter_dir is None:
-        from transformers import Gemma4ForConditionalGeneration as cls
-    else:  # an adapter names modules the way the model it was trained on did (AutoModelForCausalLM)
-        cls = AutoModelForCausalLM
-    model = cls.from_pretrained(str(model_dir), dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto")
     if adapter_dir is not None:
         from peft import PeftModel
 

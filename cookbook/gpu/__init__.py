@@ -7,6 +7,7 @@ from cookbook.gpu._parity import (  # noqa: F401
 )
 from cookbook.gpu._recipe import (  # noqa: F401
     GpuCluster,
+    accelerate_fsdp_config,
     bitsandbytes_config,
     derive_gpu_recipe,
     gpu_batch_layout,

@@ -191,12 +191,16 @@ def gpu_batch_layout(config: Any, num_gpus: int) -> tuple[int, int, LossNormalis
     return b // num_gpus, 1, "tokens_in_step"
 
 
-def accelerate_fsdp_config(cluster: GpuCluster, *, bf16: bool) -> dict[str, Any]:
+def accelerate_fsdp_config(
+    cluster: GpuCluster, *, bf16: bool, preset: str | models.ModelPreset = "gemma4_31b"
+) -> dict[str, Any]:
     """accelerate ``--config_file`` contents: FSDP full sharding, one wrap unit per decoder layer.
 
     ``bf16``: the run computes in bf16 (as ``SFTConfig.bf16``; float32 presets do not).
+    ``preset``: the model, whose released layout names the decoder layer class (12B's is
+    ``Gemma4UnifiedTextDecoderLayer``).
     """
-    layer_cls = decoder_layer_class()
+    layer_cls = decoder_layer_class(preset)
     fsdp: dict[str, Any] = {
         "fsdp_version": cluster.fsdp_version,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -230,12 +234,18 @@ def accelerate_fsdp_config(cluster: GpuCluster, *, bf16: bool) -> dict[str, Any]
     }
 
 
-def decoder_layer_class() -> str:
-    """Name of the installed transformers' Gemma 4 text decoder layer (FSDP's wrap unit)."""
-    from transformers.models.gemma4 import modeling_gemma4
+def decoder_layer_class(preset: str | models.ModelPreset = "gemma4_31b") -> str:
+    """Name of the installed transformers' text decoder layer of ``preset``'s layout (FSDP's wrap unit).
 
-    names = [n for n in modeling_gemma4.Gemma4PreTrainedModel._no_split_modules if "Text" in n]
-    if not names or not hasattr(modeling_gemma4, names[0]):
+    ``Gemma4TextDecoderLayer``; ``Gemma4UnifiedTextDecoderLayer`` for the unified layout (12B).
+    """
+    import importlib
+
+    layout = models.get_preset(preset).hf_layout
+    modeling = importlib.import_module(f"transformers.models.{layout}.modeling_{layout}")
+    pretrained = getattr(modeling, f"{models.HF_ARCHITECTURES[layout].split('For')[0]}PreTrainedModel")
+    names = [n for n in pretrained._no_split_modules if "Text" in n]
+    if not names or not hasattr(modeling, names[0]):
         raise RuntimeError(
             "transformers' Gemma 4 names no text decoder layer in _no_split_modules; "
             "this transformers version is not the one the cookbook was written for"
@@ -367,7 +377,7 @@ def derive_gpu_recipe(
         base_model=base_model or p.hf_checkpoint or config.base_dir,
         sft=sft,
         lora=peft_lora_kwargs(config.lora, p),
-        accelerate=accelerate_fsdp_config(cluster, bf16=bf16),
+        accelerate=accelerate_fsdp_config(cluster, bf16=bf16, preset=p),
         loss_normalisation=norm,
         model_dtype=dtype,
         too_long=config.data.too_long,

@@ -237,6 +237,14 @@ def _copy_side_files(base_dir: Path, tmp: Path, text_only: bool) -> None:
         if text_only and name == "config.json":
             cfg = json.loads(src.read_text())
             text = dict(cfg.get("text_config") or cfg)  # already text-only: keep it
+            if text.get("model_type") == "gemma4_unified_text":
+                # 12B's unified text config leaves out the fields it has no use for, and
+                # Gemma4TextConfig's defaults for two of them are not neutral: per-layer inputs of
+                # 256 (E2B's) and bidirectional attention (for vision tokens a text-only model has
+                # none of).
+                text.setdefault("hidden_size_per_layer_input", 0)
+                text.setdefault("enable_moe_block", False)
+                text["use_bidirectional_attention"] = None
             text["architectures"] = ["Gemma4ForCausalLM"]
             text["model_type"] = "gemma4_text"
             for k in ("tie_word_embeddings", "transformers_version"):

@@ -1,6 +1,6 @@
 """Stage 00: Gemma 4 presets, the tokenizer, base checkpoints, the Tunix loader and parity checks."""
 
-from cookbook.models._architecture import ModelPreset  # noqa: F401
+from cookbook.models._architecture import HF_ARCHITECTURES, ModelPreset  # noqa: F401
 from cookbook.models._base import (  # noqa: F401
     BaseDownloadError,
     BaseMismatchError,
@@ -41,10 +41,12 @@ from cookbook.models._parity import (  # noqa: F401
 from cookbook.models._presets import (  # noqa: F401
     PRESETS,
     describe,
+    gemma4_12b,
     gemma4_31b,
     get_preset,
     small,
     tiny,
+    tiny_12b,
     tiny_26b_a4b,
     tiny_e2b,
 )

@@ -12,6 +12,16 @@ import dataclasses
 from typing import Any, Literal
 
 AttentionKind = Literal["sliding", "global"]
+# The checkpoint layout a size is released in (config.json's ``model_type``): ``gemma4``
+# (``Gemma4ForConditionalGeneration``: E2B, E4B, 26B-A4B, 31B, with vision and audio towers) or
+# ``gemma4_unified`` (``Gemma4UnifiedForConditionalGeneration``: 12B, encoder-free, transformers
+# >= 5.10). Both keep the text decoder under ``model.language_model.`` with the same tensor names;
+# the unified text config (``gemma4_unified_text``) has no per-layer-input or MoE fields.
+HfLayout = Literal["gemma4", "gemma4_unified"]
+HF_ARCHITECTURES: dict[str, str] = {
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "gemma4_unified": "Gemma4UnifiedForConditionalGeneration",
+}
 
 SLIDING_5_GLOBAL_1: tuple[AttentionKind, ...] = ("sliding",) * 5 + ("global",)
 SLIDING_4_GLOBAL_1: tuple[AttentionKind, ...] = ("sliding",) * 4 + ("global",)
@@ -57,6 +67,7 @@ class ModelPreset:
     # Standard deviation for randomly initialised presets' embeddings. transformers'
     # default (0.02) makes the tied output logits nearly flat for a tiny random model.
     random_embed_std: float = 0.02
+    hf_layout: HfLayout = "gemma4"  # the released checkpoint's layout (HF_ARCHITECTURES)
 
     # ----------------------------------------------------------------------------------
     # Derived facts
@@ -201,10 +212,17 @@ class ModelPreset:
     # ----------------------------------------------------------------------------------
     # transformers
     def hf_text_config(self):
-        """transformers ``Gemma4TextConfig`` (the text decoder, ``Gemma4ForCausalLM``)."""
+        """transformers ``Gemma4TextConfig`` (the text decoder, ``Gemma4ForCausalLM``).
+
+        The text-only layout of every size, the unified 12B's included: its decoder is the same
+        modules under the same names (``Gemma4UnifiedTextDecoderLayer`` runs Gemma 4's layer).
+        """
         from transformers import Gemma4TextConfig
 
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {
+            "hidden_size_per_layer_input": self.per_layer_input_dim,
+            "vocab_size_per_layer_input": self.vocab_size,
+        }
         if self.is_moe:
             kwargs.update(
                 enable_moe_block=True,
@@ -212,7 +230,11 @@ class ModelPreset:
                 top_k_experts=self.num_experts_per_tok,
                 moe_intermediate_size=self.expert_dim,
             )
-        return Gemma4TextConfig(
+        return Gemma4TextConfig(**self._hf_text_kwargs(), **kwargs)
+
+    def _hf_text_kwargs(self) -> dict[str, Any]:
+        """The text config's fields that both layouts (``gemma4_text``, ``gemma4_unified_text``) have."""
+        return dict(
             vocab_size=self.vocab_size,
             hidden_size=self.embed_dim,
             intermediate_size=self.hidden_dim,
@@ -234,8 +256,6 @@ class ModelPreset:
                     "rope_theta": self.global_rope_theta,
                 },
             },
-            hidden_size_per_layer_input=self.per_layer_input_dim,
-            vocab_size_per_layer_input=self.vocab_size,
             num_kv_shared_layers=self.num_kv_shared_layers,
             use_double_wide_mlp=self.double_wide_mlp,
             max_position_embeddings=self.max_position_embeddings,
@@ -246,21 +266,38 @@ class ModelPreset:
             pad_token_id=0,
             eos_token_id=1,
             bos_token_id=2,
-            **kwargs,
         )
 
-    def hf_config(self):
-        """transformers ``Gemma4Config``: the released multimodal layout, text tower only.
+    @property
+    def hf_architecture(self) -> str:
+        """The released checkpoint's transformers class (config.json's ``architectures``)."""
+        return HF_ARCHITECTURES[self.hf_layout]
 
-        Released Gemma 4 checkpoints are ``Gemma4ForConditionalGeneration`` with keys under
-        ``model.language_model.``; random presets are saved the same way so every loading
-        path is the one real checkpoints take. Vision and audio towers are left out
+    def hf_config(self):
+        """transformers ``Gemma4Config`` or ``Gemma4UnifiedConfig``: the released layout, text only.
+
+        Released Gemma 4 checkpoints are ``Gemma4ForConditionalGeneration`` (12B:
+        ``Gemma4UnifiedForConditionalGeneration``) with keys under ``model.language_model.``;
+        random presets are saved the same way so every loading path is the one real checkpoints
+        take. Vision and audio towers (12B: its vision and audio embedders) are left out
         (``None``): the cookbook fine-tunes text only.
         """
-        from transformers import Gemma4Config
+        if self.hf_layout == "gemma4_unified":
+            from transformers import Gemma4UnifiedConfig, Gemma4UnifiedTextConfig
 
-        return Gemma4Config(
-            text_config=self.hf_text_config(),
+            if self.per_layer_input_dim or self.is_moe or self.num_kv_shared_layers:
+                raise ValueError(
+                    f"preset {self.name!r}: the gemma4_unified layout has no per-layer inputs, MoE or KV "
+                    "sharing (transformers' Gemma4UnifiedTextConfig); use hf_layout='gemma4'"
+                )
+            text = Gemma4UnifiedTextConfig(**self._hf_text_kwargs(), hidden_size_per_layer_input=0)
+            config_cls = Gemma4UnifiedConfig
+        else:
+            from transformers import Gemma4Config
+
+            text, config_cls = self.hf_text_config(), Gemma4Config
+        return config_cls(
+            text_config=text,
             vision_config=None,
             audio_config=None,
             tie_word_embeddings=True,

@@ -157,7 +157,8 @@ def build_random_base(preset: str | models.ModelPreset, out: str | Path, *, seed
     interrupted build never leaves a directory that looks finished.
     """
     import torch
-    from transformers import Gemma4ForConditionalGeneration, GenerationConfig
+    import transformers
+    from transformers import GenerationConfig
 
     p = models.get_preset(preset)
     if num_shards < 2:
@@ -169,7 +170,7 @@ def build_random_base(preset: str | models.ModelPreset, out: str | Path, *, seed
         torch.manual_seed(seed)
         config = p.hf_config()
         with torch.device("cpu"):
-            model = Gemma4ForConditionalGeneration(config).to(getattr(torch, p.dtype))
+            model = getattr(transformers, p.hf_architecture)(config).to(getattr(torch, p.dtype))
         _perturb_ones(model, seed)
         model.eval()
         total_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())

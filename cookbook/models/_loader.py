@@ -191,6 +191,10 @@ def load_tunix_model(
         p = p.with_overrides(dtype=dtype)
     check_kv_sharing_matches(p)
     check_checkpoint_matches(ckpt_dir, p)
+    if mesh is not None:  # a head count tp does not divide (12B's one global KV head): say which
+        from cookbook import mesh as mesh_lib
+
+        mesh_lib.validate_mesh(p, mesh.shape.get("fsdp", 1), mesh.shape.get("tp", 1))
     config = p.tunix_config(remat=remat)
 
     def key_mapping(cfg):

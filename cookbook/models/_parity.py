@@ -43,17 +43,15 @@ def tunix_logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
 
 def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "float32") -> np.ndarray:
     """Logits from transformers (in ``dtype``: float32, or float64 for a noise floor)."""
-    import json
-
     import torch
-    from transformers import AutoModelForCausalLM, Gemma4ForConditionalGeneration
+    from transformers import AutoModelForCausalLM
 
-    config = json.loads((Path(ckpt_dir) / "config.json").read_text())
-    cls = Gemma4ForConditionalGeneration if "text_config" in config else AutoModelForCausalLM
+    # Gemma4ForCausalLM for the text-only layout, the released Gemma4(Unified)ForConditionalGeneration
+    # for the multimodal ones (transformers' causal-LM mapping of each model_type).
     # MoE layers: transformers' default experts kernel (torch grouped_mm) has no float64; its
     # eager loop computes the same function in any dtype.
     kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
-    model = cls.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype), **kwargs).eval()
+    model = AutoModelForCausalLM.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype), **kwargs).eval()
     with torch.no_grad():
         # a copy: tokens may be a read-only view (a JAX array's host buffer), which torch warns about
         return model(input_ids=torch.tensor(np.asarray(tokens))).logits.numpy()

@@ -1,9 +1,10 @@
 """Gemma 4 model presets: the CPU-sized random models and the released checkpoints, by name.
 
 Every size the cookbook runs at is a :class:`ModelPreset` (:mod:`cookbook.models._architecture`),
-built by one function here: ``tiny`` and ``small`` (31B's dense structure), ``tiny_e2b`` and
-``tiny_26b_a4b`` (random structural twins of E2B/E4B and 26B-A4B), and the real checkpoints,
-which mirror Tunix's ``ModelConfig.gemma4_*`` classmethods (a test checks).
+built by one function here: ``tiny`` and ``small`` (31B's dense structure), ``tiny_e2b``,
+``tiny_12b`` and ``tiny_26b_a4b`` (random structural twins of E2B/E4B, 12B and 26B-A4B), and the
+real checkpoints, which mirror Tunix's ``ModelConfig.gemma4_*`` classmethods where Tunix 0.1.7 has
+one, and Google's released config.json everywhere (tests check both).
 """
 
 from __future__ import annotations
@@ -140,6 +141,67 @@ def tiny_26b_a4b() -> ModelPreset:
     )
 
 
+def tiny_12b() -> ModelPreset:
+    """A random CPU-sized twin of 12B's structure, in its released ``gemma4_unified`` layout.
+
+    6 layers in the 5 sliding : 1 global pattern; K = V on the global layer with ONE KV head
+    (12B: 8 sliding KV heads, 1 global, 16 query heads), so tensor parallelism is capped at 1 as
+    on 12B (``cookbook.mesh.max_tp``: the global KV head cannot be split); a doubled global key
+    size; no per-layer inputs, KV sharing or experts. Saved as
+    ``Gemma4UnifiedForConditionalGeneration`` (``model_type: gemma4_unified``), as Google
+    released 12B.
+    """
+    return ModelPreset(
+        name="tiny_12b",
+        hf_checkpoint=None,
+        twin_of="gemma4_12b",
+        num_layers=6,
+        vocab_size=1024,
+        embed_dim=128,
+        hidden_dim=512,
+        num_heads=8,
+        head_dim=32,
+        num_kv_heads=4,
+        num_global_kv_heads=1,
+        global_head_dim=64,
+        sliding_window=64,
+        attention_pattern=SLIDING_5_GLOBAL_1,
+        k_eq_v_global=True,
+        max_position_embeddings=4096,
+        dtype="float32",
+        random_embed_std=0.08,
+        hf_layout="gemma4_unified",
+    )
+
+
+def gemma4_12b() -> ModelPreset:
+    """Gemma 4 12B (dense, released 2026-06-03): the size that fits one chip.
+
+    Released as ``Gemma4UnifiedForConditionalGeneration`` (encoder-free multimodal: no vision or
+    audio tower). Its text decoder: 48 layers, 5 sliding : 1 global, K = V global layers with a
+    single KV head and 512-wide keys. Tunix 0.1.7 has no ``ModelConfig.gemma4_12b``; this preset
+    is checked against Google's config.json instead (``tests/fixtures/real-gemma4``).
+    """
+    return ModelPreset(
+        name="gemma4_12b",
+        hf_checkpoint="google/gemma-4-12B-it",
+        num_layers=48,
+        vocab_size=262_144,
+        embed_dim=3840,
+        hidden_dim=3840 * 4,
+        num_heads=16,
+        head_dim=256,
+        num_kv_heads=8,
+        num_global_kv_heads=1,
+        global_head_dim=512,
+        sliding_window=1024,
+        attention_pattern=SLIDING_5_GLOBAL_1,
+        k_eq_v_global=True,
+        max_position_embeddings=262_144,
+        hf_layout="gemma4_unified",
+    )
+
+
 def gemma4_31b() -> ModelPreset:
     """Gemma 4 31B (dense): the production target."""
     return ModelPreset(
@@ -231,7 +293,19 @@ def gemma4_e4b() -> ModelPreset:
 
 
 PRESETS = {
-    f.__name__: f for f in (tiny, small, tiny_e2b, tiny_26b_a4b, gemma4_e2b, gemma4_e4b, gemma4_31b, gemma4_26b_a4b)
+    f.__name__: f
+    for f in (
+        tiny,
+        small,
+        tiny_e2b,
+        tiny_12b,
+        tiny_26b_a4b,
+        gemma4_e2b,
+        gemma4_e4b,
+        gemma4_12b,
+        gemma4_31b,
+        gemma4_26b_a4b,
+    )
 }
 
 

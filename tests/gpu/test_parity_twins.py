@@ -1,6 +1,7 @@
 """The GPU recipe (transformers + PEFT + TRL, through the generated train_gpu.py) optimises the Tunix
 run's objective on the random twins too: E2B's per-layer inputs and KV-shared layers (TRL trains
-with ``use_cache=False``), 26B-A4B's experts beside the dense MLP (and its router's top-k)."""
+with ``use_cache=False``), 12B's K = V global layer with one KV head in its unified layout, 26B-A4B's
+experts beside the dense MLP (and its router's top-k)."""
 
 import pytest
 import twins
@@ -31,7 +32,7 @@ def test_same_loss_gradients_and_adamw_steps_on_the_twin(name, tmp_path):
     )
     assert r.tokens_equal and r.masks_equal
     # One lora_A for K and V on the layers with K/V of their own (5 of the twin's layers: E2B's
-    # last 5 share K/V, 26B-A4B's sixth is its K = V global layer).
+    # last 5 share K/V, 12B's and 26B-A4B's sixth is their K = V global layer).
     assert r.kv_lora_a_tied == 5
     # Bounds from transformers' own float32 error on this batch (against float64), measured here.
     assert 0 < r.loss_float32_floor < 1e-3 and 0 < r.grad_float32_floor < 1e-2

@@ -88,6 +88,42 @@ def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
     )
 
 
+def test_12b_unified_layout_gets_its_own_wrap_unit_and_targets_the_decoder_only():
+    """12B's released layout (Gemma4UnifiedForConditionalGeneration, with its vision and audio
+    embedders, built on the meta device): FSDP wraps the class its decoder layers really are, and
+    the PEFT regex adapts exactly the text decoder's projections."""
+    import torch
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+    from transformers.models.gemma4_unified.configuration_gemma4_unified import (
+        Gemma4UnifiedAudioConfig,
+        Gemma4UnifiedVisionConfig,
+    )
+
+    p = models.get_preset("tiny_12b")
+    text = p.hf_config().text_config
+    cfg = Gemma4UnifiedConfig(text_config=text, vision_config=Gemma4UnifiedVisionConfig(),
+                              audio_config=Gemma4UnifiedAudioConfig())  # fmt: skip
+    with torch.device("meta"):
+        model = Gemma4UnifiedForConditionalGeneration(cfg)
+    names = [n for n, _ in model.named_modules()]
+    assert model.model.embed_vision is not None and model.model.embed_audio is not None
+    layer_cls = {type(layer).__name__ for layer in model.model.language_model.layers}
+    cluster = gpu.GpuCluster(num_gpus=2)
+    wrap = gpu.accelerate_fsdp_config(cluster, bf16=True, preset=p)["fsdp_config"]
+    assert layer_cls == {wrap["fsdp_transformer_layer_cls_to_wrap"]} == {"Gemma4UnifiedTextDecoderLayer"}
+    assert (
+        gpu.accelerate_fsdp_config(cluster, bf16=True, preset="tiny")["fsdp_config"][
+            "fsdp_transformer_layer_cls_to_wrap"
+        ]
+        == "Gemma4TextDecoderLayer"
+    )
+    rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), p)
+    hit = {n for n in names if re.fullmatch(rx, n)}
+    assert hit == set(lora.hf_module_names(p, prefix="model.language_model."))
+    assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
+    assert any("embed_vision" in n for n in names) and not any("embed_" in n for n in hit)
+
+
 def test_partial_targets_and_kv_split_are_translated_or_refused():
     p = models.get_preset("tiny")
     rx = gpu.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)

@@ -1,12 +1,13 @@
-"""cookbook.lora on the rest of the Gemma 4 family: E2B/E4B and 26B-A4B structures.
+"""cookbook.lora on the rest of the Gemma 4 family: E2B/E4B, 12B and 26B-A4B structures.
 
-Checked against what the libraries really do, on the random twins (``tiny_e2b``,
+Checked against what the libraries really do, on the random twins (``tiny_e2b``, ``tiny_12b``,
 ``tiny_26b_a4b``) and abstractly on the real presets: Qwix's LoRA parameters, PEFT's trainable
 count and targeted modules on the transformers twin, and the logits of Tunix + Qwix LoRA against
 transformers + PEFT after the Tunix -> PEFT conversion, bounded by transformers' own float32
 error with controls beside it. Decisions under test (see ``cookbook/lora/_targets.py``): no
 K/V LoRA on KV-shared layers; ``"all-linear"`` adapts the per-layer-input projections and the
-MoE router, as PEFT's does; the experts are refused.
+MoE router, as PEFT's does; the experts are refused; on 12B's K = V global layers, one LoRA on
+the single shared K/V head (``k_einsum``; PEFT's ``k_proj``, no ``v_proj`` module there).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from cookbook import core, models
 from cookbook import lora as L
 
-TWINS = ("tiny_e2b", "tiny_26b_a4b")
+TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 RANK, ALPHA = 4, 8.0
 
@@ -38,7 +39,7 @@ def _shared_kv(preset, path: str) -> bool:
 
 
 @pytest.mark.jax_only
-@pytest.mark.parametrize("name", [*TWINS, "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b"])
+@pytest.mark.parametrize("name", [*TWINS, "gemma4_e2b", "gemma4_e4b", "gemma4_12b", "gemma4_26b_a4b"])
 def test_all_linear_is_what_qwix_creates_with_no_kv_on_shared_layers(name):
     p = models.get_preset(name)
     cfg = _cfg("all-linear")
@@ -56,6 +57,11 @@ def test_all_linear_is_what_qwix_creates_with_no_kv_on_shared_layers(name):
             2 * p.hidden_dim if p.double_wide_mlp else p.hidden_dim,
             RANK,
         )
+    for i in p.global_layers:  # K = V (31B, 12B, 26B-A4B): one adapter on the shared K/V projection
+        if p.k_eq_v_global and i < p.first_kv_shared_layer:
+            kv = p.effective_global_kv_heads
+            assert shapes[f"layers/{i}/attn/k_einsum/w_lora_b"] == (RANK, kv, p.global_head_dim)
+            assert f"layers/{i}/attn/kv_einsum/w_lora_b" not in shapes
     if p.is_moe:  # the router only: nothing on the experts (gating_einsum, linear)
         moe = {k for k in shapes if "/moe/" in k}
         assert moe == {f"layers/{i}/moe/router_logits_lora_{ab}" for i in range(p.num_layers) for ab in "ab"}
@@ -169,8 +175,15 @@ def test_tunix_to_peft_and_back(name):
 
 
 @pytest.fixture(scope="module")
-def twin_bases(tiny_e2b_base, tiny_26b_a4b_base):
-    return {"tiny_e2b": tiny_e2b_base, "tiny_26b_a4b": tiny_26b_a4b_base}
+def twin_bases(tiny_e2b_base, tiny_12b_base, tiny_26b_a4b_base):
+    return {"tiny_e2b": tiny_e2b_base, "tiny_12b": tiny_12b_base, "tiny_26b_a4b": tiny_26b_a4b_base}
+
+
+def _released_class(p):
+    """The transformers class the twin is released as (12B: Gemma4UnifiedForConditionalGeneration)."""
+    import transformers
+
+    return getattr(transformers, p.hf_architecture)
 
 
 @pytest.mark.torch
@@ -178,13 +191,12 @@ def twin_bases(tiny_e2b_base, tiny_26b_a4b_base):
 @pytest.mark.parametrize("name", TWINS)
 def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twin_bases):
     import peft
-    import transformers
 
     p, cfg = models.get_preset(name), _cfg(targets)
     lora_model = L.apply_lora(models.load_tunix_model(twin_bases[name], p), cfg, preset=p)
     qwix = L.count_lora_params(lora_model)
     assert qwix == L.expected_lora_params(p, cfg)
-    hf = transformers.Gemma4ForConditionalGeneration.from_pretrained(twin_bases[name])
+    hf = _released_class(p).from_pretrained(twin_bases[name])
     pm = peft.get_peft_model(
         hf,
         peft.LoraConfig(
@@ -206,7 +218,7 @@ def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twi
     # hf_target_modules of the cookbook's Qwix path selects the same in PEFT
     names = L.hf_target_modules(L.qwix_module_path(cfg, p), p)
     again = peft.get_peft_model(
-        transformers.Gemma4ForConditionalGeneration.from_pretrained(twin_bases[name]),
+        _released_class(p).from_pretrained(twin_bases[name]),
         peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=names),
     )
     assert again.get_nb_trainable_parameters()[0] == peft_count
@@ -226,7 +238,9 @@ def _inputs(tokens):
 
 @pytest.mark.slow  # over ~30 s in the profile (tests/profile.json): make test only
 @pytest.mark.jax_only
-@pytest.mark.parametrize("name", TWINS)
+# Not the 12B twin: its one global KV head allows no tp (tests/models/test_loader_twins.py loads it
+# on 8 x 1), and its layers are tiny's but for that head (~35 s of CPU saved).
+@pytest.mark.parametrize("name", ["tiny_e2b", "tiny_26b_a4b"])
 def test_apply_lora_on_4x2_mesh_starts_as_identity(name, twin_bases, mesh_4x2):
     import jax.numpy as jnp
     from flax import nnx
@@ -250,11 +264,11 @@ def test_apply_lora_on_4x2_mesh_starts_as_identity(name, twin_bases, mesh_4x2):
 
 def _peft_logits(base_dir, adapter_dir, tokens, dtype):
     import torch
-    import transformers
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM  # each layout's released class
 
     kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
-    hf = transformers.Gemma4ForConditionalGeneration.from_pretrained(base_dir, dtype=getattr(torch, dtype), **kwargs)
+    hf = AutoModelForCausalLM.from_pretrained(base_dir, dtype=getattr(torch, dtype), **kwargs)
     model = PeftModel.from_pretrained(hf, adapter_dir) if adapter_dir is not None else hf
     model = model.to(getattr(torch, dtype)).eval()
     with torch.no_grad():
@@ -269,7 +283,7 @@ def test_tunix_lora_through_peft_gives_the_same_logits(name, twin_bases, tmp_pat
     Bound: 4x transformers+PEFT's own float32 error (float32 vs float64 logits), as the dense
     merge/PEFT checks. Controls: the base without LoRA, and the one thing each structure's
     conversion does beyond a transpose (E2B: per_layer_model_projection's B rescaled by
-    sqrt(embed_dim); 26B-A4B: the router's LoRA) left out.
+    sqrt(embed_dim); 26B-A4B: the router's LoRA; 12B: the K = V global head's LoRA) left out.
     """
     import jax.numpy as jnp
     from flax import nnx
@@ -294,6 +308,10 @@ def test_tunix_lora_through_peft_gives_the_same_logits(name, twin_bases, tmp_pat
         if ".per_layer_model_projection.lora_B" in key:  # B without the sqrt(embed_dim) rescale
             broken[key] = tensors[key] * p.embed_dim**-0.5
         if ".router.proj.lora_B" in key:  # the router's LoRA dropped
+            broken[key] = np.zeros_like(tensors[key])
+        if not (p.per_layer_input_dim or p.is_moe) and any(
+            f".layers.{i}.self_attn.k_proj.lora_B" in key for i in p.global_layers
+        ):  # 12B: the single K = V head's LoRA dropped (its k_einsum -> k_proj mapping)
             broken[key] = np.zeros_like(tensors[key])
     assert any(not np.array_equal(broken[k], tensors[k]) for k in tensors)
     wrong = L.write_peft_adapter(tmp_path / "wrong", broken, rank=RANK, alpha=ALPHA, layout="multimodal")

@@ -1,20 +1,21 @@
-"""The random twins (``tiny_e2b``, ``tiny_26b_a4b``) through the streamed merge and the PEFT export.
+"""The random twins (``tiny_e2b``, ``tiny_12b``, ``tiny_26b_a4b``) through the streamed merge and the PEFT export.
 
 Parity against the Tunix LoRA model (float32 logits, in a fresh transformers process) with the
 bound measured in the run (:func:`cookbook.merge.verify_merge`: 4x the candidates' own float32
 floor against float64; the base without the LoRA is the control). On each twin's short trained
 run (the session's ``twin_run``) and on a random all-linear LoRA of the E2B twin, whose
-model-level ``per_layer_model_projection`` adapter the merge folds in like any Linear.
+model-level ``per_layer_model_projection`` adapter the merge folds in like any Linear. The 12B
+twin is also merged in its released ``gemma4_unified`` layout, which must keep the base's class,
+config and tensor names.
 """
 
 import json
 
 import numpy as np
 import pytest
+import twins
 
 from cookbook import lora, merge, models
-
-TWINS = ("tiny_e2b", "tiny_26b_a4b")
 
 
 def _parity(name, run_dir, tmp_path):
@@ -27,12 +28,18 @@ def _parity(name, run_dir, tmp_path):
     assert merged.num_shards > 1 and merged.merged_tensors == len(_touched(ckpt, name))
     peft_dir = merge.export_peft(ckpt, tmp_path / "peft", layout="text")
     text_base = merge.ensure_text_only_base(base, name)
+    candidates = {"merged": (merged.out_dir, None), "peft": (text_base, peft_dir)}
+    if models.get_preset(name).hf_layout != "gemma4":  # 12B: its own released layout, kept as is
+        released = merge.merge_lora(base, ckpt, tmp_path / "released", max_shard_bytes=2 * 2**20, progress=False)
+        cfg, base_cfg = (json.loads((d / "config.json").read_text()) for d in (released.out_dir, base))
+        assert cfg["architectures"] == base_cfg["architectures"] == [models.get_preset(name).hf_architecture]
+        assert cfg == base_cfg
+        assert set(models.read_checkpoint_index(released.out_dir)) == set(models.read_checkpoint_index(base))
+        candidates["merged (released layout)"] = (released.out_dir, None)
     # Longer than the twins' sliding window (as every parity check here).
     tokens = merge.sample_tokens(name, batch=2, length=48)
     reference = merge.tunix_lora_logits(base, run_dir, tokens)
-    result = merge.verify_merge(
-        reference, {"merged": (merged.out_dir, None), "peft": (text_base, peft_dir)}, (text_base, None), tokens
-    )
+    result = merge.verify_merge(reference, candidates, (text_base, None), tokens)
     print(name, json.dumps({k: result[k] for k in ("bound_max_abs", "diffs", "control_over_bound")}))
     return result
 
@@ -56,10 +63,11 @@ def _touched(ckpt, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TWINS)
+@pytest.mark.parametrize("name", twins.TWINS)
 def test_trained_twin_merges_and_exports_with_logit_parity(name, twin_run, tmp_path):
     result = _parity(name, twin_run(name), tmp_path)
     assert result["ok"], result["diffs"]
+    assert len(result["diffs"]) == (4 if name == "tiny_12b" else 3)  # the candidates and the control
     assert result["control_over_bound"] >= 100  # core.CONTROL_SEPARATION: the check tells merged from base
 
 

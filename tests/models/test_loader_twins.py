@@ -1,6 +1,6 @@
-"""The E2B/E4B- and 26B-A4B-shaped twins load into Tunix and compute what transformers computes.
+"""The E2B/E4B-, 12B- and 26B-A4B-shaped twins load into Tunix and compute what transformers computes.
 
-The twins (``tiny_e2b``, ``tiny_26b_a4b``) are random, CPU-sized and built through transformers,
+The twins (``tiny_e2b``, ``tiny_12b``, ``tiny_26b_a4b``) are random, CPU-sized and built through transformers,
 like ``tiny``. Each parity check is bounded by transformers' own float32 error on its tokens
 (``models.logit_parity``, ``cookbook.core``) and keeps controls beside it: the mistakes a mapping
 or a model can make on these architectures (per-layer inputs fed to the wrong layers, a
@@ -141,6 +141,40 @@ def test_26b_a4b_twin_matches_transformers_with_residual_routing(tiny_26b_a4b_ba
     assert own["max_abs_diff"] > 0.1 * parity["max_abs_logit"], own
 
 
+def test_12b_twin_loads_from_the_unified_layout_and_refuses_tp(tiny_12b_base, mesh_4x2):
+    """12B's released ``Gemma4UnifiedForConditionalGeneration`` layout loads; its K = V global
+    layers have ONE KV head, which no tp can split: a 4 x 2 mesh is refused naming that head
+    count, and the model matches transformers on the 8 x 1 mesh the rule leaves."""
+    import jax
+
+    from cookbook import mesh as mesh_lib
+
+    p = models.get_preset("tiny_12b")
+    with pytest.raises(mesh_lib.MeshError, match=r"tp=2 does not divide global KV heads = 1.*8x1"):
+        models.load_tunix_model(tiny_12b_base, p, mesh=mesh_4x2)
+    mesh = mesh_lib.make_mesh(8, 1)
+    model = models.load_tunix_model(tiny_12b_base, p, mesh=mesh)
+    glob = model.layers[p.global_layers[0]].attn
+    assert glob.k_einsum.w.value.shape == (1, p.embed_dim, p.global_head_dim)  # one head, K = V
+    parity = models.logit_parity(tiny_12b_base, p, model=model, mesh=mesh)
+    assert parity["within_bound"], parity
+    assert parity["control_over_bound"] >= core.CONTROL_SEPARATION, parity
+    tokens, ref, floor = _reference(tiny_12b_base, p)
+    controls = _controls(
+        model,
+        tokens,
+        ref,
+        floor,
+        mesh,
+        {
+            "global key norm negated": (*_param(glob._key_norm.scale), jax.numpy.negative),
+            "global K = V head's dims reversed": (*_param(glob.k_einsum.w), lambda w: w[..., ::-1]),
+        },
+    )
+    for name, c in controls.items():
+        core.check_separated(c, name)
+
+
 def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_base, tmp_path):
     """transformers writes no k_proj/v_proj/k_norm on KV-shared layers: the check expects exactly
     that, and still names a tensor that is really missing."""
@@ -174,7 +208,7 @@ def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_
             models.load_tunix_model(bad, p)
 
 
-@pytest.mark.parametrize("name", ["tiny_e2b", "tiny_26b_a4b"])
+@pytest.mark.parametrize("name", ["tiny_e2b", "tiny_12b", "tiny_26b_a4b"])
 def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request):
     """Tunix's sampler (prefill, then one token at a time from its KV cache: the KV-shared layers
     read their source layer's cache, the MoE routes per token) picks transformers' argmax at every

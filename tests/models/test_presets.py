@@ -89,7 +89,23 @@ def test_hf_and_tunix_configs_agree_field_by_field(name):
         assert h.enable_moe_block and h.num_experts == t.num_experts
         assert h.top_k_experts == t.num_experts_per_tok and h.moe_intermediate_size == t.expert_dim
     mm = p.hf_config()
-    assert mm.text_config.to_dict() == h.to_dict()
+    released, text_only = mm.text_config.to_dict(), h.to_dict()
+    if p.hf_layout == "gemma4_unified":
+        # 12B's unified text config: its own model type, bidirectional attention for vision tokens,
+        # and no MoE fields (the text-only layout states them off); per-layer inputs 0 in both, as in
+        # Google's file (transformers' Gemma4TextConfig would default them to 256).
+        assert released.pop("model_type") == "gemma4_unified_text" and text_only.pop("model_type") == "gemma4_text"
+        assert released.pop("use_bidirectional_attention") == "vision"
+        assert text_only.pop("use_bidirectional_attention") is None
+        absent = {k: text_only.pop(k) for k in set(text_only) - set(released)}
+        assert absent == {
+            "vocab_size_per_layer_input": p.vocab_size,
+            "enable_moe_block": False,
+            "num_experts": None,
+            "top_k_experts": None,
+            "moe_intermediate_size": None,
+        }
+    assert released == text_only
     assert mm.vision_config is None and mm.audio_config is None
 
 
