@@ -28,6 +28,12 @@ compiled.
     .venv/bin/python benchmarks/plan_search.py                       # 31B, all four slices
     .venv/bin/python benchmarks/plan_search.py --preset gemma4_e2b --workers 1
     .venv/bin/python benchmarks/plan_search.py --slices v5p-8
+    .venv/bin/python benchmarks/plan_search.py --refresh-hardware   # every committed file, no compile
+
+``--refresh-hardware`` re-decides the committed files against today's hardware table and prices
+without compiling: each report's per-device HBM becomes the table's (usable HBM since 2026-12-05:
+v5e 15.75 GiB, v6e 31.25 GiB, where the datasheet's 16 and 32 GB had been used), and the fits,
+rankings, recommendations and cheapest slice are recomputed from the compiled memory and FLOPs.
 """
 
 from __future__ import annotations
@@ -176,6 +182,41 @@ def full_depth_checks(preset: str, base) -> list:
     return [base.replace(model_preset=preset, **c) for c in FULL_DEPTH_CHECKS.get(preset, [])]
 
 
+def refresh_hardware(preset: str) -> None:
+    """Re-decide a committed search against today's hardware table and prices (no compile).
+
+    The compiled figures (per-device bytes and FLOPs, the compiler's step estimate) stay; each
+    report's HBM capacity and peak become the table's, and everything decided from them is
+    recomputed. When and with what the layouts were compiled stays as written.
+    """
+    import dataclasses
+
+    from cookbook import fit
+
+    path = fit.plan_results_path(preset)
+    data = json.loads(path.read_text())
+    results = []
+    for res in fit.load_search(data):
+        figures = fit.chip_figures(res.slice_name)
+        reports = {
+            n: dataclasses.replace(r, hbm_bytes=figures["hbm_bytes"], peak_flops=figures["peak_flops"])
+            for n, r in res.reports.items()
+        }
+        results.append(dataclasses.replace(res, reports=reports))
+    out = fit.results_dict(results, machine=data["machine"], validation=data.get("validation"))
+    kept = ("compiled_on", "load_average_at_write", "versions", "qlora_step", "not_compiled", "not_compiled_why")
+    out.update({k: data[k] for k in kept if k in data})
+    before = {s: r.get("from") for s, r in data["recommended"].items()}
+    after = {s: r.get("from") for s, r in out["recommended"].items()}
+    out["hardware_refreshed"] = {
+        "on": __import__("datetime").date.today().isoformat(),
+        "why": "per-device usable HBM (v5e 15.75 GiB, v6e 31.25 GiB) and list prices per chip-hour",
+    }
+    path.write_text(json.dumps(out, indent=2, sort_keys=True))
+    winner = (out["cheapest"]["winner"] or {}).get("slice")
+    print(f"{path.name}: recommended {'unchanged' if before == after else f'{before} -> {after}'}; cheapest {winner}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -183,6 +224,11 @@ def main() -> int:
     )
     ap.add_argument("--slices", default=None, help="comma-separated slices to search (default: all four)")
     ap.add_argument("--workers", type=int, default=2, help="compiles at a time (each its own process)")
+    ap.add_argument(
+        "--refresh-hardware",
+        action="store_true",
+        help="compile nothing: re-decide every committed plan_search_<size>.json with today's HBM and prices",
+    )
     ap.add_argument(
         "--cached-only",
         action="store_true",
@@ -194,6 +240,13 @@ def main() -> int:
     setup_runtime_env()
     from cookbook import fit
     from cookbook.fit import _search
+
+    if args.refresh_hardware:
+        from cookbook.fit._layouts import PLAN_RESULTS
+
+        for preset in PLAN_RESULTS:
+            refresh_hardware(preset)
+        return 0
 
     preset = args.preset
     space_of = spaces(preset)

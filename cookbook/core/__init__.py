@@ -27,6 +27,7 @@ from cookbook.core._compat import (  # noqa: E402, F401
 )
 from cookbook.core._files import fill_once, lock_path, sibling_lock  # noqa: F401
 from cookbook.core._hardware import (  # noqa: F401
+    CHIP_HOUR_PRICES,
     CHIPS,
     PAPER,
     PAPER_DATE,

@@ -1,7 +1,9 @@
 """The hardware table: chips, TPU slices, rentable platforms and their prices, in one place.
 
 Chip figures are public datasheet numbers (Cloud TPU's per-chip specifications, NVIDIA's H100
-and H200 datasheets).
+and H200 datasheets); where Cloud TPU states less HBM usable than the datasheet (v5e, v6e), the
+planner fits against the usable figure. TPU7x (Ironwood) shows JAX two devices per chip, each
+with half the chip's HBM and compute: meshes, plans and fits count devices, prices count chips.
 Prices are data: each has the date it was quoted and its source; one this project could
 not source is ``None`` ("unknown"), never a guess, and a user overrides any of them
 (``--price tpu-v5p-8=14.2``) instead of editing code. The mesh stage reads the slices, the
@@ -35,8 +37,29 @@ class ChipSpec:
     name: str
     device_kind: str  # what jax.Device.device_kind reports
     bf16_flops: float  # peak dense bf16 FLOP/s
-    hbm_bytes: int
+    hbm_bytes: int  # datasheet
     hbm_bytes_per_s: float
+    # What a program can allocate, where Cloud TPU states it (v5e ~15.75 GiB of 16, v6e ~31.25 of
+    # 32); None: the datasheet figure.
+    hbm_usable_bytes: int | None = None
+    devices_per_chip: int = 1  # JAX devices per chip (TPU7x: 2, one per TensorCore)
+
+    @property
+    def usable_hbm_bytes(self) -> int:
+        return self.hbm_usable_bytes if self.hbm_usable_bytes is not None else self.hbm_bytes
+
+    @property
+    def device_hbm_bytes(self) -> float:
+        """HBM one JAX device can allocate (what a per-device memory analysis is compared with)."""
+        return self.usable_hbm_bytes / self.devices_per_chip
+
+    @property
+    def device_bf16_flops(self) -> float:
+        return self.bf16_flops / self.devices_per_chip
+
+    @property
+    def device_hbm_bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_s / self.devices_per_chip
 
 
 CHIPS: dict[str, ChipSpec] = {
@@ -53,6 +76,7 @@ CHIPS: dict[str, ChipSpec] = {
         bf16_flops=918e12,
         hbm_bytes=32 * 10**9,
         hbm_bytes_per_s=1640e9,
+        hbm_usable_bytes=int(31.25 * 2**30),
     ),
     "v5e": ChipSpec(
         name="v5e",
@@ -60,6 +84,17 @@ CHIPS: dict[str, ChipSpec] = {
         bf16_flops=197e12,
         hbm_bytes=16 * 10**9,
         hbm_bytes_per_s=819e9,
+        hbm_usable_bytes=int(15.75 * 2**30),
+    ),
+    # Ironwood: 192 GiB of HBM at 7.37 TB/s and 2,307 dense bf16 TFLOP/s per chip, two TensorCores
+    # that JAX shows as two devices (libtpu's "tpu7x:2x2x1" topology holds 8 devices, 4 chips).
+    "tpu7x": ChipSpec(
+        name="tpu7x",
+        device_kind="TPU7x",
+        bf16_flops=2307e12,
+        hbm_bytes=192 * 2**30,
+        hbm_bytes_per_s=7380e9,
+        devices_per_chip=2,
     ),
     "h100": ChipSpec(
         name="h100",
@@ -97,6 +132,11 @@ class SliceSpec:
     runtime: str = ""  # where a user gets this slice besides Cloud TPU (Colab, Kaggle), if anywhere
 
     @property
+    def num_devices(self) -> int:
+        """JAX devices of the slice: chips x devices per chip (TPU7x: 2). What a mesh spans."""
+        return self.num_chips * self.chip.devices_per_chip
+
+    @property
     def hbm_bytes(self) -> int:
         return self.chip.hbm_bytes * self.num_chips
 
@@ -117,8 +157,9 @@ class SliceSpec:
 
     def describe(self) -> str:
         c = self.chip
+        devices = f", {self.num_devices} JAX devices" if c.devices_per_chip > 1 else ""
         return (
-            f"{self.name}: {self.num_chips} x TPU {c.name} ({self.topology}, {self.num_hosts} host"
+            f"{self.name}: {self.num_chips} x TPU {c.name} ({self.topology}{devices}, {self.num_hosts} host"
             f"{'s' if self.num_hosts > 1 else ''}); per chip {c.hbm_bytes / 1e9:.0f} GB HBM at "
             f"{c.hbm_bytes_per_s / 1e9:,.0f} GB/s, {c.bf16_flops / 1e12:.0f} TFLOP/s bf16; slice "
             f"{self.hbm_bytes / 1e9:,.0f} GB, {self.bf16_flops / 1e15:.2f} PFLOP/s"
@@ -153,6 +194,8 @@ SLICES: dict[str, SliceSpec] = {
         _slice("v5e-4", "v5e", 4, "v5e:2x2", 1),
         _slice("v5e-8", "v5e", 8, "v5e:2x4", 1, runtime="Kaggle's free TPU (9-hour sessions)"),
         _slice("v5e-16", "v5e", 16, "v5e:4x4", 4),
+        # Ironwood: Cloud names count TensorCores (2 per chip), as on v5p.
+        _slice("tpu7x-8", "tpu7x", 4, "tpu7x:2x2x1", 1),
     )
 }
 
@@ -183,7 +226,7 @@ def chip_of(device_kind: str) -> str | None:
     for name, chip in CHIPS.items():
         if kind == chip.device_kind.lower():
             return name
-    for token, name in (("v6e", "v6e"), ("v5e", "v5e"), ("v5p", "v5p"), ("h100", "h100")):
+    for token, name in (("v6e", "v6e"), ("v5e", "v5e"), ("v5p", "v5p"), ("7x", "tpu7x"), ("h100", "h100")):
         if token in kind:
             return name
     return None
@@ -245,18 +288,32 @@ class Price:
 _UNSOURCED_TPU = "unknown here (no browsing); see https://cloud.google.com/tpu/pricing"
 _UNSOURCED_GPU = "unknown here (no browsing); see https://cloud.google.com/compute/gpus-pricing"
 
-_SOURCED: tuple[Price, ...] = (
+# Cloud TPU's on-demand list prices per chip-hour, us-central1 (Cloud TPU pricing page, 2026).
+# TPU7x is sold through GKE only, by request. The paper's v5p-8 ($16.80/h) is 4 x v5p's; its v6e-8
+# ($21.52/h, $2.69 per chip-hour) is 0.4% under the 2026 list.
+CHIP_HOUR_PRICES: dict[str, float] = {"v5e": 1.20, "v6e": 2.70, "v5p": 4.20, "tpu7x": 12.00}
+CHIP_HOUR_PRICES_AS_OF = "2026"
+CHIP_HOUR_PRICES_SOURCE = (
+    "Cloud TPU on-demand list price per chip-hour, us-central1 (https://cloud.google.com/tpu/pricing)"
+)
+
+_PAPER_PRICED: tuple[Price, ...] = (
     Price(platform="tpu-v5p-8", pricing="on_demand", usd_per_hour=16.80, as_of=PAPER_DATE, source=PAPER),
     Price(platform="tpu-v6e-8", pricing="on_demand", usd_per_hour=21.52, as_of=PAPER_DATE, source=PAPER),
     Price(platform="gpu-2xh100", pricing="on_demand", usd_per_hour=22.12, as_of=PAPER_DATE, source=PAPER),
-    # Cloud TPU bills per chip-hour, so a v6e-4 is half a v6e-8 (the layout search compares them).
+)
+# Every other slice: the list price per chip-hour x its chips (Cloud TPU bills per chip-hour). The
+# paper's machines keep the paper's prices, so the paper's cost table is reproduced as it was.
+_SOURCED: tuple[Price, ...] = _PAPER_PRICED + tuple(
     Price(
-        platform="tpu-v6e-4",
+        platform=platform_of_slice(s),
         pricing="on_demand",
-        usd_per_hour=21.52 / 2,
-        as_of=PAPER_DATE,
-        source=f"derived: {PAPER} tpu-v6e-8 price per chip-hour x 4 chips",
-    ),
+        usd_per_hour=round(CHIP_HOUR_PRICES[s.chip.name] * s.num_chips, 2),
+        as_of=CHIP_HOUR_PRICES_AS_OF,
+        source=f"derived: {CHIP_HOUR_PRICES_SOURCE}, ${CHIP_HOUR_PRICES[s.chip.name]:.2f} x {s.num_chips} chips",
+    )
+    for s in SLICES.values()
+    if s.chip.name in CHIP_HOUR_PRICES and not any(p.platform == platform_of_slice(s) for p in _PAPER_PRICED)
 )
 # Every platform and pricing kind has a row: the sourced ones, the rest "unknown" (None).
 PRICES: tuple[Price, ...] = _SOURCED + tuple(

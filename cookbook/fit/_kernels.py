@@ -63,7 +63,7 @@ def splash_kernel_flops_per_chip(config) -> float:
     preset = models.get_preset(config.model_preset)
     if config.num_layers is not None:  # a layer-slice probe (the depth is all that matters here)
         preset = preset.with_overrides(num_layers=config.num_layers)
-    chips = core.get_slice(config.slice_name).num_chips
+    chips = core.get_slice(config.slice_name).num_devices  # per device (TPU7x: 2 per chip)
     return (
         attention_flops(
             preset, batch=config.batch_size, seq_len=config.seq_len, block=config.flash_block, remat=config.remat

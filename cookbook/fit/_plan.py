@@ -42,9 +42,17 @@ from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
 
 
 def chip_figures(slice_name: str) -> dict[str, float]:
-    """Per-chip HBM bytes, bf16 peak FLOP/s and HBM bandwidth (the hardware table)."""
+    """Per-device usable HBM bytes, bf16 peak FLOP/s and HBM bandwidth (the hardware table).
+
+    A device is a chip, but on TPU7x, whose two TensorCores JAX shows as two devices with half
+    the chip each; the compiler's memory analysis is per device, and so is this.
+    """
     chip = core.get_slice(slice_name).chip
-    return {"hbm_bytes": float(chip.hbm_bytes), "peak_flops": chip.bf16_flops, "hbm_bw": chip.hbm_bytes_per_s}
+    return {
+        "hbm_bytes": float(chip.device_hbm_bytes),
+        "peak_flops": chip.device_bf16_flops,
+        "hbm_bw": chip.device_hbm_bytes_per_s,
+    }
 
 
 def tpu_devices(slice_name: str) -> list:
@@ -240,7 +248,7 @@ def precheck(config: PlanConfig) -> tuple[int, int]:
     from cookbook import mesh as mesh_lib
 
     preset = preset_for(config)
-    chips = core.get_slice(config.slice_name).num_chips
+    chips = core.get_slice(config.slice_name).num_devices  # TPU7x: 2 per chip
     if config.mesh_fsdp is None and config.mesh_tp is None:
         choice = mesh_lib.choose_mesh(preset, config.slice_name, config.batch_size)
         fsdp, tp = choice.fsdp, choice.tp

@@ -108,7 +108,7 @@ def candidates(base: PlanConfig, space: SearchSpace) -> dict[str, PlanConfig]:
     from cookbook import mesh as mesh_lib
 
     preset = models.get_preset(base.model_preset)
-    chips = core.get_slice(base.slice_name).num_chips
+    chips = core.get_slice(base.slice_name).num_devices  # what a mesh spans (TPU7x: 2 per chip)
     meshes = space.meshes or tuple(mesh_lib.valid_meshes(preset, chips))
     for fsdp, tp in meshes:
         mesh_lib.validate_mesh(preset, fsdp, tp, num_devices=chips)

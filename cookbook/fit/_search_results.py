@@ -211,7 +211,7 @@ def family_table(presets: Sequence[str] | None = None) -> list[dict[str, Any]]:
         data = load_plan_results(preset)
         searches = {r.slice_name: r for r in load_search(data)}
         why = data.get("not_compiled_why") or {}  # what the host that searched could not compile
-        hbm = {s: core.get_slice(s).num_chips * core.get_slice(s).chip.hbm_bytes for s in searches}
+        hbm = {s: core.get_slice(s).num_devices * core.get_slice(s).chip.device_hbm_bytes for s in searches}
         for s in sorted(searches, key=lambda s: (hbm[s], s)):
             res = searches[s]
             name = res.best(base_only=True)

@@ -178,7 +178,7 @@ def choose_mesh(preset: str | models.ModelPreset, slice_: str | core.SliceSpec |
     """
     p = models.get_preset(preset)
     s = core.cpu_slice(slice_) if isinstance(slice_, int) else core.get_slice(slice_)
-    n = s.num_chips
+    n = s.num_devices  # TPU7x: 2 per chip
     candidates = valid_meshes(p, n, batch)
     limit, bound = max_tp(p)
     if not candidates:
@@ -222,7 +222,7 @@ def mesh_for_devices(
     runtime = detect_runtime()
     n = runtime.num_devices
     if not fsdp and not tp:
-        found = runtime.slice if runtime.slice is not None and runtime.slice.num_chips == n else n
+        found = runtime.slice if runtime.slice is not None and runtime.slice.num_devices == n else n
         return choose_mesh(preset, found, batch)
     if not (fsdp and tp):  # one axis given: the other takes the devices it leaves
         given = fsdp or tp

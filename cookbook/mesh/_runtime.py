@@ -41,7 +41,7 @@ def detect_runtime() -> Runtime:
     found: core.SliceSpec | None = None
     if d0.platform == "tpu" and chip:
         found = next(
-            (s for s in core.SLICES.values() if s.chip.name == chip and s.num_chips == len(devices)),
+            (s for s in core.SLICES.values() if s.chip.name == chip and s.num_devices == len(devices)),
             None,
         )
     elif d0.platform == "cpu":

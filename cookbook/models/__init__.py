@@ -23,6 +23,7 @@ from cookbook.models._knobs import (  # noqa: F401
 from cookbook.models._loader import (  # noqa: F401
     abstract_model,
     check_checkpoint_matches,
+    check_heads_divide,
     check_kv_sharing_matches,
     expected_hf_shapes,
     load_tunix_model,

@@ -162,6 +162,26 @@ def check_checkpoint_matches(ckpt_dir: str | Path, preset: models.ModelPreset) -
     return prefix
 
 
+def check_heads_divide(preset: models.ModelPreset, tp: int) -> None:
+    """Refuse a tp that does not divide a head count, before anything is loaded.
+
+    Tunix shards query and KV heads on ``tp``; JAX would otherwise fail deep inside the sharded
+    load ("should evenly divide"). 12B's global layers have one KV head, so it takes no tp at all.
+    The mesh stage's ``cookbook.mesh.validate_mesh`` checks every dimension and lists the meshes
+    that fit; this is the part a loader cannot do without.
+    """
+    p = preset
+    heads = {"query heads": p.num_heads, "KV heads (sliding layers)": p.num_kv_heads}
+    if p.global_layers:
+        heads["global KV heads"] = p.effective_global_kv_heads
+    bad = [f"{name} = {n}" for name, n in heads.items() if n % tp]
+    if bad:
+        raise ValueError(
+            f"mesh tp={tp} does not divide {', '.join(bad)} of preset {p.name!r} (Tunix shards heads on "
+            "tp): use a tp that divides every head count (cookbook.mesh.valid_meshes lists the meshes that fit)"
+        )
+
+
 def load_tunix_model(
     ckpt_dir: str | Path,
     preset: str | models.ModelPreset,
@@ -191,10 +211,8 @@ def load_tunix_model(
         p = p.with_overrides(dtype=dtype)
     check_kv_sharing_matches(p)
     check_checkpoint_matches(ckpt_dir, p)
-    if mesh is not None:  # a head count tp does not divide (12B's one global KV head): say which
-        from cookbook import mesh as mesh_lib
-
-        mesh_lib.validate_mesh(p, mesh.shape.get("fsdp", 1), mesh.shape.get("tp", 1))
+    if mesh is not None:
+        check_heads_divide(p, mesh.shape.get("tp", 1))
     config = p.tunix_config(remat=remat)
 
     def key_mapping(cfg):

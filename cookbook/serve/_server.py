@@ -32,8 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cookbook import core
-from cookbook.models._architecture import HF_ARCHITECTURES
+from cookbook import core, models
 from cookbook.serve._process import _descendants, pid_alive
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
@@ -100,7 +99,7 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
         raise ServeError(f"{path} has no *.safetensors weights")
     cfg = json.loads(cfg_file.read_text())
     archs = cfg.get("architectures") or []
-    multimodal = [a for a in archs if a in HF_ARCHITECTURES.values()]
+    multimodal = [a for a in archs if a in models.HF_ARCHITECTURES.values()]
     if device == "cpu" and multimodal:
         raise ServeError(
             f"{path} is the multimodal {multimodal[0]} layout, which vLLM-CPU only "

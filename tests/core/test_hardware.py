@@ -31,9 +31,11 @@ def test_slices_agree_with_their_topology_and_cloud_names():
     for name, s in core.SLICES.items():
         chip, dims = s.topology.split(":")
         assert chip == s.chip.name and math.prod(int(d) for d in dims.split("x")) == s.num_chips, name
-        # Cloud TPU names count TensorCores on v5p (2 per chip), chips on v5e/v6e.
+        # Cloud TPU names count TensorCores on v5p and TPU7x (2 per chip), chips on v5e/v6e.
         cores = int(name.split("-")[1])
-        assert cores == (2 * s.num_chips if s.chip.name == "v5p" else s.num_chips), name
+        assert cores == (2 * s.num_chips if s.chip.name in ("v5p", "tpu7x") else s.num_chips), name
+        # JAX devices: one per chip, but TPU7x's two TensorCores are two devices.
+        assert s.num_devices == s.num_chips * (2 if s.chip.name == "tpu7x" else 1), name
         assert s.chips_per_host * s.num_hosts == s.num_chips
     v5p8 = core.get_slice("v5p-8")
     assert (v5p8.num_chips, v5p8.hbm_bytes, v5p8.bf16_flops) == (4, 4 * 95 * 10**9, 4 * 459e12)
@@ -46,18 +48,29 @@ def test_slices_agree_with_their_topology_and_cloud_names():
     assert (cpu.name, cpu.num_chips, cpu.num_hosts, cpu.chip.device_kind) == ("cpu-8", 8, 1, "cpu")
 
 
-def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
+# Cloud TPU's 2026 on-demand list prices per chip-hour, us-central1 (the pricing page).
+LIST_PER_CHIP_HOUR = {"v5e": 1.20, "v6e": 2.70, "v5p": 4.20, "tpu7x": 12.00}
+
+
+def test_the_sourced_prices_are_the_papers_and_the_rest_list_price_per_chip_hour():
     sourced = {(p.platform, p.pricing): p for p in core.PRICES if p.known and not p.source.startswith("derived")}
     assert {k: p.usd_per_hour for k, p in sourced.items()} == {
         (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()
     }
     for p in sourced.values():
         assert p.source == core.PAPER and p.as_of == core.PAPER_DATE
-    # Derived prices: the same chip's sourced price per chip-hour, times this slice's chips.
-    derived = [p for p in core.PRICES if p.known and p.source.startswith("derived")]
-    assert [p.platform for p in derived] == ["tpu-v6e-4"]
-    per_chip = PAPER_ON_DEMAND["tpu-v6e-8"] / core.PLATFORMS["tpu-v6e-8"].chips
-    assert derived[0].usd_per_hour == pytest.approx(per_chip * core.PLATFORMS["tpu-v6e-4"].chips)
+    # Every other TPU slice: the list price per chip-hour times its chips (not its devices), on demand.
+    derived = {p.platform: p for p in core.PRICES if p.known and p.source.startswith("derived")}
+    assert set(derived) == {core.platform_of_slice(s) for s in core.SLICES} - set(PAPER_ON_DEMAND)
+    for name, s in core.SLICES.items():
+        p = derived.get(core.platform_of_slice(name))
+        if p is not None:
+            assert p.pricing == "on_demand" and p.as_of == "2026" and "cloud.google.com/tpu/pricing" in p.source
+            assert p.usd_per_hour == pytest.approx(LIST_PER_CHIP_HOUR[s.chip.name] * s.num_chips)
+    assert core.get_price("tpu-v5e-1").usd_per_hour == 1.20 and core.get_price("tpu-tpu7x-8").usd_per_hour == 48.0
+    # The paper's v5p-8 is 4 x the list chip-hour; its v6e-8 within 0.4% of 8 x the list.
+    assert PAPER_ON_DEMAND["tpu-v5p-8"] == pytest.approx(4 * LIST_PER_CHIP_HOUR["v5p"])
+    assert PAPER_ON_DEMAND["tpu-v6e-8"] == pytest.approx(8 * LIST_PER_CHIP_HOUR["v6e"], rel=0.004)
     for name, usd in PAPER_ON_DEMAND.items():
         assert core.get_price(name).usd_per_hour == usd
     unknown = [p for p in core.PRICES if not p.known]
@@ -66,7 +79,7 @@ def test_the_sourced_prices_are_the_papers_and_the_rest_unknown():
 
 
 @pytest.mark.parametrize(
-    "platform,pricing", [("tpu-v5p-8", "spot"), ("tpu-v6e-16", "on_demand"), ("gpu-2xh100", "cud_3y")]
+    "platform,pricing", [("tpu-v5p-8", "spot"), ("tpu-v6e-16", "cud_1y"), ("gpu-2xh100", "cud_3y")]
 )
 def test_an_unknown_price_raises_and_says_how_to_give_it(platform, pricing):
     with pytest.raises(core.UnknownPriceError, match=rf"--price {platform}:{pricing}=USD_PER_HOUR"):
@@ -161,3 +174,19 @@ def test_paper_training_runs_are_consistent():
     for name, run in core.PAPER_TRAINING_RUNS.items():
         tokens = run["train_tokens_per_s"] * run["train_hours"] * 3600
         assert tokens == pytest.approx(run["train_tokens_millions"] * 1e6, rel=0.01), name
+
+
+def test_usable_hbm_and_ironwoods_two_devices_per_chip():
+    """The planner fits against what a program can allocate, per JAX device."""
+    v5e, v6e, v5p, tpu7x = (core.CHIPS[c] for c in ("v5e", "v6e", "v5p", "tpu7x"))
+    assert v5e.device_hbm_bytes == 15.75 * 2**30 < v5e.hbm_bytes * 1.1
+    assert v6e.device_hbm_bytes == 31.25 * 2**30
+    assert v5p.device_hbm_bytes == v5p.hbm_bytes  # no usable figure stated: the datasheet's
+    assert tpu7x.devices_per_chip == 2 and tpu7x.device_hbm_bytes == 96 * 2**30
+    assert tpu7x.device_bf16_flops == tpu7x.bf16_flops / 2
+    ironwood = core.get_slice("tpu7x-8")
+    assert (ironwood.num_chips, ironwood.num_devices, ironwood.topology) == (4, 8, "tpu7x:2x2x1")
+    assert "8 JAX devices" in ironwood.describe()
+    assert core.chip_of("TPU7x") == "tpu7x" and core.chip_of("TPU v6 lite") == "v6e"
+    # The runtimes people get for free, named as such.
+    assert "free" in core.get_slice("v5e-1").runtime and "Kaggle" in core.get_slice("v5e-8").runtime

@@ -175,18 +175,22 @@ def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get
         )
         for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0), ("v5e-8", 800.0))
     ]
-    out = fit.cheapest(results)
+    # Every TPU slice has an on-demand price; spot prices are the user's to give: three given, v5e-8's not.
+    spot = {"tpu-v5p-8:spot": 6.0, "tpu-v6e-8:spot": 9.0, "tpu-v6e-4:spot": 4.5}
+    out = fit.cheapest(results, pricing="spot", overrides=spot)
     cost = {r["slice"]: r["usd_per_million_tokens"] for r in out["slices"]}
     for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0)):
-        price = core.get_price(core.platform_of_slice(s)).usd_per_hour
+        price = core.get_price(core.platform_of_slice(s), "spot", spot).usd_per_hour
         assert cost[s] == pytest.approx(price / 3600 / tps * 1e6)
     assert out["winner"]["slice"] == min((s for s in cost if cost[s] is not None), key=cost.get)
     v5e = next(r for r in out["slices"] if r["slice"] == "v5e-8")
-    assert v5e["usd_per_million_tokens"] is None and "--price tpu-v5e-8:on_demand=" in v5e["why"]
+    assert v5e["usd_per_million_tokens"] is None and "--price tpu-v5e-8:spot=" in v5e["why"]
     # At its break-even price v5e-8 costs exactly what the winner does; a cent less and it wins.
     be = v5e["break_even_usd_per_hour"]
-    priced = fit.cheapest(results, overrides={"tpu-v5e-8:on_demand": be - 0.01})
+    priced = fit.cheapest(results, pricing="spot", overrides={**spot, "tpu-v5e-8:spot": be - 0.01})
     assert priced["winner"]["slice"] == "v5e-8"
+    on_demand = fit.cheapest(results)  # list prices: every slice priced
+    assert all(r["usd_per_million_tokens"] is not None for r in on_demand["slices"])
     # A slice where nothing fits is named, not silently skipped.
     none_fit = dataclasses.replace(results[0], reports={"v5p-8/x": _report("v5p-8", 1000.0, gib=90.0)})
     assert fit.cheapest([none_fit])["slices"][0]["why"] == "no layout fits with margin"

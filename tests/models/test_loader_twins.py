@@ -150,7 +150,9 @@ def test_12b_twin_loads_from_the_unified_layout_and_refuses_tp(tiny_12b_base, me
     from cookbook import mesh as mesh_lib
 
     p = models.get_preset("tiny_12b")
-    with pytest.raises(mesh_lib.MeshError, match=r"tp=2 does not divide global KV heads = 1.*8x1"):
+    with pytest.raises(mesh_lib.MeshError, match=r"tp=2 does not divide global KV heads = 1.*valid .* 8x1"):
+        mesh_lib.validate_mesh(p, 4, 2)
+    with pytest.raises(ValueError, match=r"tp=2 does not divide global KV heads = 1 of preset 'tiny_12b'"):
         models.load_tunix_model(tiny_12b_base, p, mesh=mesh_4x2)
     mesh = mesh_lib.make_mesh(8, 1)
     model = models.load_tunix_model(tiny_12b_base, p, mesh=mesh)
