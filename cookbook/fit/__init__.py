@@ -33,6 +33,7 @@ from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict  
 from cookbook.fit._plan_report import (  # noqa: F401
     format_reports,
     format_rows,
+    format_runtimes,
     plot_reports,
     plot_search,
     report_row,
@@ -52,6 +53,15 @@ from cookbook.fit._remat import (  # noqa: F401
     lora_count_under_remat,
     measure_remat,
     plot,
+)
+from cookbook.fit._runtimes import (  # noqa: F401
+    RUNTIME_SLICES,
+    SIZES_BY_PARAMS,
+    largest_fitting,
+    load_runtimes,
+    runtime_cell,
+    runtimes_table,
+    size_advice,
 )
 from cookbook.fit._search import (  # noqa: F401
     SINGLE_HOST_SLICES,

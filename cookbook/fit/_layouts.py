@@ -85,6 +85,8 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
     what the pick was based on (``from``: the compiled report's name, ``hbm_fraction``).
     ``slice_name=None``: the preset's default training slice (:data:`DEFAULT_TRAINING_SLICE`).
     """
+    if slice_name is not None and slice_name not in _searched_slices(preset_name):
+        return _from_runtimes(preset_name, slice_name)
     data = load_plan_results(preset_name)
     recommended = data.get("recommended") or {}
     if not recommended:
@@ -103,11 +105,49 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
     missing = [k for k in LAYOUT_KEYS if k not in rec]
     if missing:
         raise ValueError(f"{plan_results_path(preset_name)}: the {slice_name} recommendation lacks {missing}")
+    report = (data.get("results") or {}).get(rec.get("from"), {})
     return {
         "slice": slice_name,
         **{k: rec[k] for k in LAYOUT_KEYS},
+        "quantize": None,  # the search recommends a bf16 base
         "from": rec.get("from"),
         "hbm_fraction": rec.get("hbm_fraction"),
+        "gib_per_chip": report["total_bytes"] / 2**30 if "total_bytes" in report else None,
+    }
+
+
+def _searched_slices(preset_name: str) -> set[str]:
+    """The slices the layout search covered for ``preset_name`` (none for a size it never ran on)."""
+    if preset_name not in PLAN_RESULTS:
+        return set()
+    return set(load_plan_results(preset_name).get("spaces") or {})
+
+
+def _from_runtimes(preset_name: str, slice_name: str) -> dict[str, Any]:
+    """A slice the layout search did not cover (one chip, Ironwood, 12B): the runtimes table's cell."""
+    from cookbook.fit._runtimes import RUNTIMES_FILE, runtime_cell
+
+    core.get_slice(slice_name)  # ValueError naming the known slices
+    row = runtime_cell(preset_name, slice_name)
+    if row is None or row["fits"] is None:
+        raise ValueError(
+            f"no compiled layout of {preset_name} for slice {slice_name!r} yet (not in the layout search nor in "
+            f"{RUNTIMES_FILE}): compile it with `benchmarks/runtimes.py --cells {preset_name}/{slice_name}` "
+            f"(or check one layout with `cookbook plan --preset {preset_name} --slice {slice_name}`)"
+        )
+    if not row["fits"]:
+        raise ValueError(
+            f"{preset_name} does not train with LoRA on {slice_name} ({RUNTIMES_FILE}): its smallest compiled "
+            f"layout ({row.get('quantize') or 'bf16'} base) needs {row.get('gib_per_chip', float('nan')):.1f} GiB "
+            f"per device of {row['hbm_gib_per_device']:.2f} usable (80% margin); use a smaller size or a bigger slice"
+        )
+    return {
+        "slice": slice_name,
+        **{k: row[k] for k in LAYOUT_KEYS},
+        "quantize": row["quantize"],
+        "from": f"{RUNTIMES_FILE}: {row['layout']}",
+        "hbm_fraction": row["hbm_fraction"],
+        "gib_per_chip": row["gib_per_chip"],
     }
 
 

@@ -125,3 +125,10 @@ def plot_search(results, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
+
+
+def format_runtimes(data: dict[str, Any] | None = None) -> str:
+    """The runtimes table (``cookbook.fit.runtimes_table``) as fixed-width text."""
+    from cookbook.fit._runtimes import runtimes_table
+
+    return format_rows(runtimes_table(data))

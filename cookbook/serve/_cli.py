@@ -47,7 +47,10 @@ def register_cli(sub) -> None:
     )
     p.add_argument("--tpu", action="store_true", help="print the v6e vLLM-TPU docker command instead")
     p.add_argument("--preset", default="gemma4_31b", help="architecture (for --tpu's TP size)")
-    p.add_argument("--chips", type=int, default=8)
+    p.add_argument("--chips", type=int, default=None, help="chips on the host (default: --slice's)")
+    p.add_argument(
+        "--slice", dest="slice_name", default="v6e-8", help="with --tpu: the TPU slice (v6e-1, v5e-1, v6e-8, ...)"
+    )
     p.add_argument("--script", default=None, help="with --tpu: write a start script here")
     p.set_defaults(func=_cli)
 
@@ -70,13 +73,15 @@ def _cli(args) -> int:
         reasoning_parser=None if args.reasoning_parser.lower() == "none" else args.reasoning_parser,
     )
     if args.tpu:
-        tpu = serve_tpu.TpuServeConfig(chips=args.chips)
+        s = core.get_slice(args.slice_name)
+        tpu = serve_tpu.TpuServeConfig(chips=args.chips or s.num_devices)
         if args.script:
             print(serve_tpu.write_tpu_script(args.script, cfg, args.preset, tpu))
         else:
             command = shlex.join(serve_tpu.tpu_command(cfg, args.preset, tpu))
             if args.api_key_env:  # docker passes VLLM_API_KEY by name: its value must be in this shell
                 command = f'export VLLM_API_KEY="${{{args.api_key_env}:?set {args.api_key_env} first}}"\n{command}'
+            print("\n".join(serve_tpu.tpu_routes(args.slice_name, args.preset, args.model_dir)))
             print(command)
         return 0
     server = VLLMServer(cfg)

@@ -50,6 +50,50 @@ def tensor_parallel_size(preset: str | models.ModelPreset, chips: int) -> int:
     return 1
 
 
+# tpu-inference's CI runs E2B and E4B on one v6e chip (TP 1); v5e is not in its support matrix.
+ONE_CHIP_TESTED = {"v6e": ("gemma4_e2b", "gemma4_e4b")}
+
+
+def tpu_routes(slice_name: str, preset: str | models.ModelPreset, model_dir: str) -> list[str]:
+    """What to run on ``slice_name``'s host, as comment lines printed above the command.
+
+    The container is one route; pip ``vllm-tpu`` 0.32 is the other, in its own Python 3.12
+    environment: its wheels are cp312 only and pin jax 0.11.2 and qwix 0.1.2, which Tunix's
+    environment (qwix >= 0.1.6, jax 0.10.2 here) cannot share. Adapters can be served without a
+    merge through vLLM-TPU's torchax path (``MODEL_IMPL_TYPE=vllm``, ``--enable-lora``, adapters
+    loaded at runtime through ``/v1/load_lora_adapter``).
+    """
+    s = core.get_slice(slice_name)
+    p = models.get_preset(preset)
+    tp = tensor_parallel_size(p, s.num_devices)
+    tested = ONE_CHIP_TESTED.get(s.chip.name, ())
+    lines = [
+        f"# {s.describe()}",
+        f"# {p.name}: tensor parallel size {tp} (query heads {p.num_heads}, KV heads "
+        f"{p.num_kv_heads} sliding / {p.effective_global_kv_heads} global)",
+    ]
+    if s.num_chips == 1:
+        lines.append(
+            "# one chip: "
+            + (
+                f"tpu-inference's CI serves {' and '.join(t.removeprefix('gemma4_').upper() for t in tested)} "
+                f"on one {s.chip.name} chip"
+                if tested
+                else f"{s.chip.name} is not in tpu-inference's support matrix: this route is untested there"
+            )
+        )
+    lines += [
+        "# route 1, the container (below): docker on the TPU VM",
+        "# route 2, no docker: pip vllm-tpu==0.32.0 in its own Python 3.12 venv (cp312 wheels pinning jax 0.11.2,",
+        "#   qwix 0.1.2: not Tunix's environment), then the same `vllm serve` flags:",
+        f"#   python3.12 -m venv ~/vllm-tpu && ~/vllm-tpu/bin/pip install vllm-tpu==0.32.0 && "
+        f"~/vllm-tpu/bin/vllm serve {model_dir} --tensor-parallel-size {tp}",
+        "# adapters without a merge (vLLM-TPU's torchax path): MODEL_IMPL_TYPE=vllm vllm serve BASE --enable-lora "
+        "--max-lora-rank R, then POST /v1/load_lora_adapter {lora_name, lora_path}",
+    ]
+    return lines
+
+
 def tpu_serve_args(config: ServeConfig, tpu: TpuServeConfig, preset: str | models.ModelPreset) -> list[str]:
     """``vllm serve`` flags for the TPU host (model path as the container sees it)."""
     args = vllm_args(

@@ -106,6 +106,22 @@ def test_one_chip_as_colab_rents_it_compiles_with_no_tpu():
     assert 0 < r.total_bytes < r.hbm_bytes and r.tokens_per_step == 4 * 128
 
 
+@pytest.mark.slow  # ~35 s: an 8-device compile
+def test_ironwood_compiles_on_its_eight_devices_and_is_priced_per_chip():
+    """tpu7x-8: 4 chips, 2 JAX devices each. The mesh spans the 8 devices, each fits against its
+    own 96 GiB and half the chip's peak, and the price counts the 4 chips ($12.00 per chip-hour)."""
+    from cookbook import core
+
+    cfg = fit.PlanConfig(slice_name="tpu7x-8", remat="none", **{**TINY, "seq_len": 128})
+    r = fit.plan(cfg)
+    assert r.compiles and r.fits, r.summary()
+    assert (r.fsdp, r.tp, r.chips) == (4, 2, 8)  # r.chips counts the devices a mesh spans
+    assert r.hbm_bytes == 96 * 2**30 and r.peak_flops == core.CHIPS["tpu7x"].bf16_flops / 2
+    price = core.get_price("tpu-tpu7x-8").usd_per_hour
+    assert price == 4 * 12.00
+    assert r.usd_per_million_tokens() == pytest.approx(price / 3600 / r.estimated_tokens_per_s * 1e6)
+
+
 @pytest.mark.jax_only
 def test_activation_sharding_needs_the_patch():
     from cookbook import mesh as mesh_lib

@@ -103,8 +103,31 @@ def test_the_printed_tpu_command_exports_the_key_by_name_never_by_value(tmp_path
     monkeypatch.setenv("MY_SERVER_KEY", "sk-do-not-print-4711")
     assert harness.main(["serve", str(tmp_path), "--tpu", "--api-key-env", "MY_SERVER_KEY"]) == 0
     out = capsys.readouterr().out
-    export, docker = out.strip().splitlines()
+    export, docker = [line for line in out.strip().splitlines() if not line.startswith("#")]  # then the routes
     assert export == 'export VLLM_API_KEY="${MY_SERVER_KEY:?set MY_SERVER_KEY first}"'
     assert " -e VLLM_API_KEY " in docker and "sk-do-not-print-4711" not in out
     assert harness.main(["serve", str(tmp_path), "--tpu"]) == 0
     assert "export" not in capsys.readouterr().out  # no key asked for, no export line
+
+
+def test_one_chip_serving_prints_tp_1_and_the_routes_that_work_there(tmp_path, capsys):
+    """`cookbook serve --tpu --slice v6e-1`: tensor parallel size 1, the container and the pip
+    vllm-tpu route in its own Python 3.12 environment, adapters without a merge; E2B/E4B are in
+    tpu-inference's one-chip v6e tests, v5e is not in its matrix."""
+    from cookbook import harness
+
+    assert harness.main(["serve", str(tmp_path), "--tpu", "--slice", "v6e-1", "--preset", "gemma4_e2b"]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith("#")]
+    (docker,) = [line for line in out.splitlines() if not line.startswith("#")]
+    assert "--tensor-parallel-size 1 " in docker and "tensor parallel size 1" in out
+    assert "vllm-tpu==0.32.0" in out and "Python 3.12" in out and "jax 0.11.2" in out
+    assert "MODEL_IMPL_TYPE=vllm" in out and "--enable-lora" in out and "/v1/load_lora_adapter" in out
+    assert any("E2B and E4B on one v6e chip" in n for n in notes)
+    assert harness.main(["serve", str(tmp_path), "--tpu", "--slice", "v5e-1", "--preset", "gemma4_e2b"]) == 0
+    assert "v5e is not in tpu-inference's support matrix" in capsys.readouterr().out
+    # The paper's v6e-8 still gets TP 8 for 31B; Ironwood's 8 devices on 4 chips are what TP spans.
+    assert harness.main(["serve", str(tmp_path), "--tpu"]) == 0
+    assert "--tensor-parallel-size 8 " in capsys.readouterr().out
+    assert harness.main(["serve", str(tmp_path), "--tpu", "--slice", "tpu7x-8"]) == 0
+    assert "--tensor-parallel-size 8 " in capsys.readouterr().out

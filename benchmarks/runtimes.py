@@ -1,0 +1,194 @@
+"""Which Gemma 4 size trains with LoRA on which TPU runtime: every size x the runtimes users have.
+
+One row per (size, slice) in ``benchmarks/results/runtimes.json``: the layout the planner picks
+there, whether it fits (80% of the usable HBM per device), its per-device GiB, the compiler's
+step estimate (or the FLOP floor where libtpu's deviceless cost model gives none), tokens/s,
+$ per 1M trained tokens at the list price, and the hours and dollars of the paper's run
+(9.2M trained tokens, 31B LoRA). Every fit is decided by a deviceless TPU compile of the real
+train step (the paper's recipe: LoRA rank 64 on all seven projections, 4,096 tokens, AdamW);
+nothing here ran on a TPU.
+
+A cell the layout search already compiled (``benchmarks/results/plan_search_<size>.json``) is
+read from there: its best layout, any base. Every other cell is compiled here, with the same
+planner (``cookbook.fit.search``): the mesh ``cookbook.mesh.choose_mesh`` picks for the devices
+(one sequence per fsdp shard), per-decoder remat, splash attention (dense on E2B/E4B, where
+Tunix's splash path does not lower), first a bf16 base, then nf4 QLoRA where bf16 does not fit
+(not on 26B-A4B: Qwix cannot quantize its experts). Sizes whose pattern repeats (12B, 26B-A4B,
+31B) compile at 6 and 12 layers and are extrapolated, as the layout search does; E2B/E4B compile
+at full depth. Compiles are cached, so a stopped run resumes; rows accumulate in the file.
+
+    .venv/bin/python benchmarks/runtimes.py                          # every cell not yet in the file
+    .venv/bin/python benchmarks/runtimes.py --cells gemma4_e2b/v5e-1,gemma4_31b/v6e-1
+    .venv/bin/python benchmarks/runtimes.py --table                  # print the committed table
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+OUT = REPO / "benchmarks" / "results" / "runtimes.json"
+
+PAPER_TRAIN_TOKENS = 9.2e6  # the paper's 31B run: 1,244 steps, 9.2M trained tokens
+
+
+def spaces(preset: str, slice_name: str):
+    """The layouts tried for a cell not in the layout search, in order: bf16, then nf4."""
+    from cookbook import mesh, models
+    from cookbook.fit import SearchSpace
+
+    p = models.get_preset(preset)
+    choice = mesh.choose_mesh(p, slice_name, None)
+    attention = "dense" if p.num_kv_shared_layers else "splash512"
+    quants = (None,) if p.is_moe else (None, "nf4")
+    return [
+        SearchSpace(
+            meshes=((choice.fsdp, choice.tp),),
+            remats=("decoder",),
+            attentions=(attention,),
+            quantize=(q,),
+            grow_batch=0,
+        )
+        for q in quants
+    ]
+
+
+def row_of(preset: str, slice_name: str, res, source: str) -> dict:
+    """The table row of a cell from its search (the best layout that fits, any base)."""
+    from cookbook import core
+
+    s = core.get_slice(slice_name)
+    name = res.best()
+    compiled = [r for r in res.reports.values() if r.compiles]
+    row = {
+        "preset": preset,
+        "slice": slice_name,
+        "runtime": s.runtime or "Cloud TPU",
+        "devices": s.num_devices,
+        "hbm_gib_per_device": s.chip.device_hbm_bytes / 2**30,
+        "compiled": bool(compiled),
+        "source": source,
+    }
+    if name is None:
+        smallest = min(compiled, key=lambda r: r.total_bytes, default=None)
+        why = res.rejected() or "not compiled"
+        if not res.reports and source.startswith("plan_search"):
+            from cookbook import fit
+
+            why = fit.load_plan_results(preset).get("not_compiled_why", {}).get(slice_name, why)
+        row.update(fits=False if compiled else None, why=why)
+        if smallest is not None:
+            row["gib_per_chip"] = smallest.total_bytes / 2**30
+            row["quantize"] = smallest.plan_config.quantize
+        return row
+    r = res.reports[name]
+    c = r.plan_config
+    price = core.get_price(core.platform_of_slice(slice_name)).usd_per_hour
+    tps = r.estimated_tokens_per_s
+    hours = PAPER_TRAIN_TOKENS / tps / 3600
+    row.update(
+        fits=True,
+        layout=name,
+        quantize=c.quantize,
+        mesh_fsdp=r.fsdp,
+        mesh_tp=r.tp,
+        batch_size=c.batch_size,
+        seq_len=c.seq_len,
+        remat=c.remat,
+        flash_attention=c.flash_attention,
+        flash_block=c.flash_block,
+        gib_per_chip=r.total_bytes / 2**30,
+        hbm_fraction=r.total_bytes / r.hbm_bytes,
+        extrapolated_from=list(r.extrapolated_from) if r.extrapolated_from else None,
+        estimated_step_s=r.estimated_step_s,
+        estimate_bound=r.estimate_bound,
+        tokens_per_s=tps,
+        usd_per_hour=price,
+        usd_per_million_tokens=r.usd_per_million_tokens(),
+        paper_run_hours=hours,
+        paper_run_usd=hours * price,
+    )
+    return row
+
+
+def committed_cell(preset: str, slice_name: str):
+    """The layout search's result for the cell, if it searched this slice (else None)."""
+    from cookbook import fit
+    from cookbook.fit._layouts import PLAN_RESULTS
+
+    if preset not in PLAN_RESULTS:
+        return None
+    data = fit.load_plan_results(preset)
+    for res in fit.load_search(data):
+        if res.slice_name == slice_name and (res.reports or slice_name in data.get("not_compiled_why", {})):
+            # searched; no reports: this host cannot compile it (the file says why), nor is it retried here
+            return res, fit.plan_results_path(preset).name
+    return None
+
+
+def compile_cell(preset: str, slice_name: str, workers: int):
+    from cookbook import fit
+
+    base = fit.PlanConfig(model_preset=preset)
+    res = None
+    for space in spaces(preset, slice_name):
+        one = fit.search(preset, slice_name, space, base=base, workers=workers)
+        res = one if res is None else fit.merge_searches(res, one)
+        if res.best() is not None:
+            break
+    return res, "benchmarks/runtimes.py"
+
+
+def load() -> dict:
+    return json.loads(OUT.read_text()) if OUT.is_file() else {"rows": {}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cells", default=None, help="comma-separated PRESET/SLICE cells (default: all not in the file)")
+    ap.add_argument("--workers", type=int, default=1, help="compiles at a time (each its own process)")
+    ap.add_argument("--table", action="store_true", help="print the committed table and exit")
+    args = ap.parse_args()
+    from cookbook.core import setup_runtime_env
+
+    setup_runtime_env()
+    data = load()
+    if args.table:
+        from cookbook.fit import format_runtimes
+
+        print(format_runtimes(data))
+        return 0
+    from cookbook.fit import RUNTIME_SLICES, SIZES_BY_PARAMS
+
+    cells = [tuple(c.split("/")) for c in args.cells.split(",")] if args.cells else None
+    for preset in SIZES_BY_PARAMS:
+        for slice_name in RUNTIME_SLICES:
+            key = f"{preset}/{slice_name}"
+            if cells is not None and (preset, slice_name) not in cells:
+                continue
+            if cells is None and data["rows"].get(key, {}).get("compiled"):
+                continue
+            found = committed_cell(preset, slice_name)
+            res, source = found if found else compile_cell(preset, slice_name, args.workers)
+            data["rows"][key] = row_of(preset, slice_name, res, source)
+            data.update(
+                written_on=datetime.date.today().isoformat(),
+                load_average_at_write=os.getloadavg()[0],
+                machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
+                paper_train_tokens=PAPER_TRAIN_TOKENS,
+                margin=0.8,
+            )
+            OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            r = data["rows"][key]
+            print(f"{key}: fits={r['fits']} {r.get('layout', r.get('why'))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Which Gemma 4 size trains with LoRA on which TPU runtime: the committed table, read.
+
+``benchmarks/runtimes.py`` writes ``benchmarks/results/runtimes.json``: one row per (size, slice)
+over the runtimes users have (Colab's one chip, Kaggle's v5e-8, the paper's slices, Ironwood),
+each decided by a deviceless compile of the real train step. This module reads it: the table
+for notebooks and the README, the layout of a cell for ``cookbook plan --recommended`` where the
+layout search did not cover the slice, and the largest size that fits a chip.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cookbook import core
+
+RUNTIMES_FILE = "runtimes.json"
+# Released sizes, smallest first (parameters: E2B 5.1B with its per-layer embeddings, E4B 8B,
+# 12B, 26B-A4B, 31B).
+SIZES_BY_PARAMS = ("gemma4_e2b", "gemma4_e4b", "gemma4_12b", "gemma4_26b_a4b", "gemma4_31b")
+# The runtimes of the table: Colab's free and paid chip, Kaggle's free v5e-8, the paper's serving
+# and training slices, Ironwood.
+RUNTIME_SLICES = ("v5e-1", "v6e-1", "v5e-8", "v6e-8", "v5p-8", "tpu7x-8")
+
+
+def load_runtimes() -> dict[str, Any]:
+    """The committed table (``{"rows": {"PRESET/SLICE": row}}``); FileNotFoundError if missing."""
+    path = core.RESULTS_DIR / RUNTIMES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: it is committed with the repository; regenerate it with benchmarks/runtimes.py"
+        )
+    return json.loads(path.read_text())
+
+
+def runtime_cell(preset: str, slice_name: str) -> dict[str, Any] | None:
+    """The row of one (size, slice) cell, or None where the table has none."""
+    return load_runtimes()["rows"].get(f"{preset}/{slice_name}")
+
+
+def largest_fitting(slice_name: str) -> dict[str, Any] | None:
+    """The largest released size whose LoRA step fits ``slice_name`` (its row), or None."""
+    rows = load_runtimes()["rows"]
+    fitting = [rows[f"{p}/{slice_name}"] for p in SIZES_BY_PARAMS if rows.get(f"{p}/{slice_name}", {}).get("fits")]
+    return fitting[-1] if fitting else None
+
+
+def runtimes_table(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One display row per cell: fits, base, GiB per device of the usable HBM, tokens/s, $."""
+    data = data or load_runtimes()
+    out = []
+    for preset in SIZES_BY_PARAMS:
+        for slice_name in RUNTIME_SLICES:
+            r = data["rows"].get(f"{preset}/{slice_name}")
+            if r is None:
+                out.append({"size": preset.removeprefix("gemma4_"), "slice": slice_name, "fits": "not compiled yet"})
+            else:
+                out.append(_display(r))
+    return out
+
+
+def _display(r: dict[str, Any]) -> dict[str, Any]:
+    row = {
+        "size": r["preset"].removeprefix("gemma4_"),
+        "slice": r["slice"],
+        "runtime": r["runtime"],
+        "fits": {True: "yes", False: "no", None: "not compiled"}[r["fits"]],
+        "base": (r.get("quantize") or "bf16") if r.get("gib_per_chip") is not None else "-",
+        "GiB/device": f"{r['gib_per_chip']:.1f} of {r['hbm_gib_per_device']:.2f}" if "gib_per_chip" in r else "-",
+    }
+    if r["fits"]:
+        row.update(
+            {
+                "layout": f"{r['mesh_fsdp']}x{r['mesh_tp']}/b{r['batch_size']}/{r['remat']}",
+                "tokens/s": round(r["tokens_per_s"]),
+                "$/1M tokens": round(r["usd_per_million_tokens"], 3),
+                "paper run h": round(r["paper_run_hours"], 1),
+                "paper run $": round(r["paper_run_usd"], 2),
+            }
+        )
+    return row
+
+
+def size_advice(runtime=None) -> str:
+    """On a TPU runtime: the largest size whose LoRA step fits it, and why; on CPU: the tiny default.
+
+    ``runtime``: a ``cookbook.mesh.Runtime`` (default: detected, which starts JAX's backend).
+    """
+    if runtime is None:
+        from cookbook import mesh
+
+        runtime = mesh.detect_runtime()
+    if runtime.platform != "tpu":
+        return (
+            f"{runtime.describe()}: the default is the random tiny model (MODEL_PRESET = 'tiny'). On a TPU "
+            "runtime this cell names the largest Gemma 4 size that trains there."
+        )
+    s = runtime.slice
+    if s is None or s.name not in RUNTIME_SLICES:
+        where = s.name if s else f"{runtime.num_devices} x {runtime.device_kind}"
+        return (
+            f"{where}: not a runtime of the committed table ({', '.join(RUNTIME_SLICES)}); check a size "
+            f"with `cookbook plan --preset gemma4_e4b --slice SLICE`"
+        )
+    best = largest_fitting(s.name)
+    if best is None:
+        return f"{s.name}: no released size's LoRA step fits here (benchmarks/results/{RUNTIMES_FILE})"
+    return (
+        f"{s.name}{' (' + s.runtime + ')' if s.runtime else ''}: the largest size whose LoRA step fits is "
+        f"{best['preset']} ({best.get('quantize') or 'bf16'} base, mesh {best['mesh_fsdp']} x {best['mesh_tp']}, "
+        f"{best['seq_len']} tokens: {best['gib_per_chip']:.1f} GiB per device of {best['hbm_gib_per_device']:.2f} "
+        f"usable, under the 80% margin; a deviceless compile of the real step, {RUNTIMES_FILE}). Larger sizes do "
+        f"not fit. Set MODEL_PRESET = {best['preset']!r} to train it (it downloads the release: HF_TOKEN)."
+    )
