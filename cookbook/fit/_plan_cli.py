@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from cookbook import core, models
+from cookbook import lora as lora_lib
 from cookbook.fit._layouts import recommended_training
 from cookbook.fit._plan import plan
 from cookbook.fit._plan_config import PlanConfig
@@ -61,7 +62,12 @@ def register_cli(sub) -> None:
         choices=["nf4", "int8", "fp8"],
         help="QLoRA: compile with the frozen base quantized",
     )
-    p.add_argument("--quant-tile", type=int, default=d.quant_tile, help="QLoRA quantization tile")
+    p.add_argument(
+        "--quant-tile",
+        type=int,
+        default=None,
+        help=f"QLoRA quantization tile (default: the largest up to {d.quant_tile} that divides every quantized weight)",
+    )
     p.add_argument("--mfu", type=float, default=d.mfu, help="assumed MFU for the predicted speed")
     p.add_argument("--json", default=None, help="also write the report (or the search) to this JSON file")
     g = p.add_argument_group("layout search (--search, --cheapest)")
@@ -96,6 +102,9 @@ def register_cli(sub) -> None:
 def config_from_args(args) -> PlanConfig:
     fields = {f.name for f in dataclasses.fields(PlanConfig)} - {"lora"}
     given = {k: v for k, v in vars(args).items() if k in fields}
+    if given.get("quant_tile") is None:  # 128 on every released size; tiny: 32
+        tile = lora_lib.default_quant_tile(given["model_preset"]) if given.get("quantize") else _DEFAULTS.quant_tile
+        given["quant_tile"] = tile
     return PlanConfig(lora=dataclasses.replace(_LORA, rank=args.rank, alpha=args.alpha), **given)
 
 

@@ -56,6 +56,7 @@ from cookbook.lora._quant import (  # noqa: F401
     QUANT_TYPES,
     QuantizedWeight,
     check_quant_tile,
+    default_quant_tile,
     lora_provider,
     quantized_bytes,
     quantized_weights,

@@ -105,6 +105,19 @@ def working_tiles(preset: str | models.ModelPreset, candidates=(32, 64, 128, 256
     return [t for t in candidates if g % t == 0]
 
 
+def default_quant_tile(preset: str | models.ModelPreset) -> int:
+    """The largest tile up to :data:`DEFAULT_QUANT_TILE` that divides every quantized weight of ``preset``.
+
+    128 on every released size; smaller on the CPU presets (``tiny``: 32), whose widths 128 does not
+    divide. ValueError when none of 32-128 does.
+    """
+    p = models.get_preset(preset)
+    tiles = [t for t in working_tiles(p) if t <= DEFAULT_QUANT_TILE]
+    if not tiles:
+        raise ValueError(f"no quantization tile of 32-{DEFAULT_QUANT_TILE} divides every quantized weight of {p.name}")
+    return max(tiles)
+
+
 def check_quant_tile(preset: str | models.ModelPreset, quantize: str | None, tile: int | None) -> None:
     """Raise ValueError, before any weight is touched, if ``tile`` fails a weight of ``preset``.
 

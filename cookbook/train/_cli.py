@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from cookbook import core, models
 from cookbook import data as data_lib
+from cookbook import lora as lora_lib
 from cookbook import mesh as mesh_lib
 from cookbook.train._config import (
     CLI_FLAGS,
@@ -158,6 +160,16 @@ def config_from_args(args) -> TrainConfig:
     if args.seed is not None:
         nested["data"]["seed"] = args.seed  # the seed also orders the data
     changes.update({k: v for k, v in nested.items() if v})
+    if changes.get("quantize", config.quantize) and args.quant_tile is None:
+        # The default tile is the largest that divides this preset's quantized weights (128 on every
+        # released size); said on stderr, so that --show-config's stdout stays JSON.
+        preset = changes.get("model_preset", config.model_preset)
+        changes["quant_tile"] = lora_lib.default_quant_tile(preset)
+        print(
+            f"cookbook train: QLoRA tile {changes['quant_tile']} (the largest up to "
+            f"{lora_lib.DEFAULT_QUANT_TILE} that divides every quantized weight of {preset}; --quant-tile sets it)",
+            file=sys.stderr,
+        )
     return config.replace(**changes)
 
 

@@ -467,3 +467,27 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     print(f"exact match on {len(rows)} held-out rows: QLoRA nf4 {q['accuracy']:.1%}, base {base['accuracy']:.1%}")
     assert q["accuracy"] >= 0.80
     assert base["accuracy"] <= 0.05  # the control: what it learned, the base does not know
+
+
+def test_qlora_on_the_default_preset_takes_a_tile_that_fits_it_and_says_so(capsys):
+    """`cookbook train --preset tiny --quantize nf4` (and `cookbook plan`) on their own defaults: the
+    tile is the largest up to 128 that divides every quantized weight (tiny: 32; 128 does not
+    divide its widths and used to be refused), printed on stderr so --show-config stays JSON."""
+    from cookbook import fit, harness, lora
+
+    assert lora.default_quant_tile("tiny") == 32 and lora.default_quant_tile("gemma4_31b") == 128
+    assert 128 not in lora.working_tiles("tiny")
+    assert harness.main(["train", "--preset", "tiny", "--quantize", "nf4", "--show-config"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["quant_tile"] == 32 and "QLoRA tile 32" in err
+    assert harness.main(["train", "--preset", "tiny", "--quantize", "nf4", "--quant-tile", "32", "--show-config"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["quant_tile"] == 32 and "QLoRA tile" not in err  # given: taken as given
+    assert harness.main(["train", "--preset", "tiny", "--quantize", "nf4", "--quant-tile", "128", "--show-config"]) == 1
+    assert "does not divide" in capsys.readouterr().err
+    from cookbook.fit._plan_cli import config_from_args
+
+    parser = __import__("argparse").ArgumentParser()
+    fit.register_plan_cli(parser.add_subparsers())
+    args = parser.parse_args(["plan", "--preset", "tiny", "--quantize", "nf4", "--slice", "v5e-1"])
+    assert config_from_args(args).quant_tile == 32
