@@ -112,6 +112,8 @@ def default_quant_tile(preset: str | models.ModelPreset) -> int:
     divide. ValueError when none of 32-128 does.
     """
     p = models.get_preset(preset)
+    if p.is_moe:  # QLoRA is refused there (check_quant_tile says why); its experts have no tile to fit
+        return DEFAULT_QUANT_TILE
     tiles = [t for t in working_tiles(p) if t <= DEFAULT_QUANT_TILE]
     if not tiles:
         raise ValueError(f"no quantization tile of 32-{DEFAULT_QUANT_TILE} divides every quantized weight of {p.name}")
