@@ -160,17 +160,17 @@ def config_from_args(args) -> TrainConfig:
     if args.seed is not None:
         nested["data"]["seed"] = args.seed  # the seed also orders the data
     changes.update({k: v for k, v in nested.items() if v})
-    if changes.get("quantize", config.quantize) and args.quant_tile is None:
-        # The default tile is the largest that divides this preset's quantized weights (128 on every
-        # released size); said on stderr, so that --show-config's stdout stays JSON.
-        preset = changes.get("model_preset", config.model_preset)
-        changes["quant_tile"] = lora_lib.default_quant_tile(preset)
+    auto_tile = changes.get("quantize", config.quantize) and args.quant_tile is None
+    if auto_tile:  # the largest that divides this preset's quantized weights (128 on every released size)
+        changes["quant_tile"] = lora_lib.default_quant_tile(changes.get("model_preset", config.model_preset))
+    config = config.replace(**changes)  # validated here: a refused QLoRA says why in one line
+    if auto_tile:  # on stderr, so that --show-config's stdout stays JSON
         print(
-            f"cookbook train: QLoRA tile {changes['quant_tile']} (the largest up to "
-            f"{lora_lib.DEFAULT_QUANT_TILE} that divides every quantized weight of {preset}; --quant-tile sets it)",
+            f"cookbook train: QLoRA tile {config.quant_tile} (the largest up to {lora_lib.DEFAULT_QUANT_TILE} "
+            f"that divides every quantized weight of {config.model_preset}; --quant-tile sets it)",
             file=sys.stderr,
         )
-    return config.replace(**changes)
+    return config
 
 
 @core.user_errors("train", NonFiniteLossError, data_lib.DataError, models.BaseDownloadError, RuntimeError)
