@@ -35,6 +35,7 @@ from cookbook.fit._plan_report import (  # noqa: F401
     format_rows,
     format_runtimes,
     plot_reports,
+    plot_runtimes,
     plot_search,
     report_row,
 )
@@ -59,6 +60,7 @@ from cookbook.fit._runtimes import (  # noqa: F401
     SIZES_BY_PARAMS,
     largest_fitting,
     load_runtimes,
+    runtime_answers,
     runtime_cell,
     runtimes_table,
     size_advice,

@@ -136,10 +136,15 @@ def _from_runtimes(preset_name: str, slice_name: str) -> dict[str, Any]:
             f"(or check one layout with `cookbook plan --preset {preset_name} --slice {slice_name}`)"
         )
     if not row["fits"]:
+        need = (
+            f"its smallest compiled layout ({row.get('quantize') or 'bf16'} base) needs {row['gib_per_chip']:.1f} GiB "
+            f"per device of {row['hbm_gib_per_device']:.2f} usable (80% margin)"
+            if "gib_per_chip" in row
+            else f"the TPU compiler ran out of its {row['hbm_gib_per_device']:.2f} GiB of HBM on every layout tried"
+        )
         raise ValueError(
-            f"{preset_name} does not train with LoRA on {slice_name} ({RUNTIMES_FILE}): its smallest compiled "
-            f"layout ({row.get('quantize') or 'bf16'} base) needs {row.get('gib_per_chip', float('nan')):.1f} GiB "
-            f"per device of {row['hbm_gib_per_device']:.2f} usable (80% margin); use a smaller size or a bigger slice"
+            f"{preset_name} does not train with LoRA on {slice_name} ({RUNTIMES_FILE}): {need}; use a smaller "
+            "size or a bigger slice"
         )
     return {
         "slice": slice_name,

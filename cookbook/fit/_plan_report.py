@@ -132,3 +132,40 @@ def format_runtimes(data: dict[str, Any] | None = None) -> str:
     from cookbook.fit._runtimes import runtimes_table
 
     return format_rows(runtimes_table(data))
+
+
+def plot_runtimes(data: dict[str, Any] | None = None):
+    """Sizes x runtimes: colour = fits (green shades by the share of the usable HBM per device, grey
+    where it does not fit, white where not compiled); text = base, GiB, tokens/s and $ per 1M tokens."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from cookbook.fit._runtimes import RUNTIME_SLICES, SIZES_BY_PARAMS, load_runtimes
+
+    rows = (data or load_runtimes())["rows"]
+    fig, ax = plt.subplots(figsize=(1.9 * len(RUNTIME_SLICES) + 1.5, 0.95 * len(SIZES_BY_PARAMS) + 1.2))
+    shade = np.full((len(SIZES_BY_PARAMS), len(RUNTIME_SLICES), 3), 1.0)
+    greens = plt.get_cmap("Greens")
+    for i, preset in enumerate(SIZES_BY_PARAMS):
+        for j, slice_name in enumerate(RUNTIME_SLICES):
+            r = rows.get(f"{preset}/{slice_name}")
+            if r is None or r["fits"] is None:
+                text = "not compiled"
+            elif not r["fits"]:
+                shade[i, j] = (0.82, 0.82, 0.82)
+                gib = f"\n{r['gib_per_chip']:.0f} GiB" if "gib_per_chip" in r else "\nHBM OOM"
+                text = f"does not fit{gib}"
+            else:
+                shade[i, j] = greens(0.25 + 0.6 * r["hbm_fraction"] / 0.8)[:3]
+                base = r.get("quantize") or "bf16"
+                text = (
+                    f"{base} {r['seq_len']} tok, {r['gib_per_chip']:.1f} GiB\n"
+                    f"{r['tokens_per_s']:,.0f} tok/s\n${r['usd_per_million_tokens']:.3f}/1M"
+                )
+            ax.text(j, i, text, ha="center", va="center", fontsize=7)
+    ax.imshow(shade, aspect="auto")
+    ax.set_xticks(range(len(RUNTIME_SLICES)), RUNTIME_SLICES)
+    ax.set_yticks(range(len(SIZES_BY_PARAMS)), [p.removeprefix("gemma4_").upper() for p in SIZES_BY_PARAMS])
+    ax.set_title("Gemma 4 LoRA: which size trains on which TPU (deviceless compiles; green = fits, darker = fuller)")
+    fig.tight_layout()
+    return fig

@@ -112,3 +112,50 @@ def size_advice(runtime=None) -> str:
         f"usable, under the 80% margin; a deviceless compile of the real step, {RUNTIMES_FILE}). Larger sizes do "
         f"not fit. Set MODEL_PRESET = {best['preset']!r} to train it (it downloads the release: HF_TOKEN)."
     )
+
+
+KAGGLE_SESSION_HOURS = 9.0  # Kaggle's free TPU: a v5e-8 for 9-hour sessions (about 20 TPU-hours a week)
+PAPER_TRAIN_USD_V5P8 = 56.11  # the paper's 31B run on v5p-8 (3.34 h x $16.80)
+
+
+def runtime_answers(data: dict[str, Any] | None = None) -> dict[str, str]:
+    """The three questions a user with a free or one-chip TPU asks, answered from the table."""
+    rows = (data or load_runtimes())["rows"]
+
+    def cell(p, s):
+        return rows.get(f"{p}/{s}")
+
+    def fitted(r):
+        return f"{r.get('quantize') or 'bf16'} base, {r['seq_len']} tokens, {r['gib_per_chip']:.1f} GiB of {r['hbm_gib_per_device']:.2f}"
+
+    out = {}
+    r = cell("gemma4_31b", "v6e-1")
+    if r is None or r["fits"] is None:
+        out["31b_qlora_v6e1"] = "31B on one v6e-1: not compiled yet"
+    elif r["fits"] and r["seq_len"] == 4096:
+        out["31b_qlora_v6e1"] = f"Yes: 31B LoRA fits one v6e-1 at 4,096 tokens ({fitted(r)})"
+    elif r["fits"]:
+        out["31b_qlora_v6e1"] = f"Not at 4,096 tokens; at {r['seq_len']} it fits ({fitted(r)})"
+    else:
+        out["31b_qlora_v6e1"] = f"No: nothing fits one v6e-1 down to 1,024 tokens ({r.get('why')})"
+    best = largest_fitting("v5e-1") if rows else None
+    out["largest_on_free_v5e1"] = (
+        f"{best['preset']} ({fitted(best)})" if best else "no released size fits one v5e chip (of those compiled)"
+    )
+    k = cell("gemma4_31b", "v5e-8")
+    if k and k["fits"]:
+        fits_session = k["paper_run_hours"] <= KAGGLE_SESSION_HOURS
+        out["paper_run_on_kaggle_v5e8"] = (
+            f"{'Yes' if fits_session else 'No'}: the paper's 9.2M-token 31B run takes {k['paper_run_hours']:.1f} h on a "
+            f"v5e-8 by the estimate ({fitted(k)}; a {KAGGLE_SESSION_HOURS:.0f}-hour session)"
+        )
+    else:
+        out["paper_run_on_kaggle_v5e8"] = "31B does not fit a v5e-8 (or is not compiled)"
+    if r and r["fits"]:
+        out["paper_run_on_v6e1"] = (
+            f"${r['paper_run_usd']:.2f} and {r['paper_run_hours']:.1f} h on one v6e-1 by the estimate "
+            f"(the paper: ${PAPER_TRAIN_USD_V5P8:.2f} on v5p-8)"
+        )
+    else:
+        out["paper_run_on_v6e1"] = "31B does not train on one v6e-1"
+    return out
