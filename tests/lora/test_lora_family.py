@@ -187,8 +187,12 @@ def _released_class(p):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("targets", ["all-linear", ATTENTION], ids=["all-linear", "attention"])
-@pytest.mark.parametrize("name", TWINS)
+@pytest.mark.parametrize(
+    "name,targets",
+    # The 12B twin on attention only: its MLP is tiny's, its K = V head with one KV head is the news.
+    [(n, t) for n in TWINS for t in ("all-linear", ATTENTION) if not (n == "tiny_12b" and t == "all-linear")],
+    ids=lambda v: v if isinstance(v, str) else "attention",
+)
 def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twin_bases):
     import peft
 
