@@ -2,13 +2,19 @@
 reference and testbench, simulated, and judged by the testbench's own mismatch count.
 
 As verilog-eval scores a sample: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb``
-over the candidate, the testbench and the reference, then ``vvp -n``, and a pass is the
-line ``Mismatches: 0 in N samples``; here N must also be more than zero (a candidate that
-stops the simulation before any sample would otherwise pass). Each simulation runs in its own
+over the candidate, the testbench and the reference, then ``vvp -n`` under a 30 s timeout, and a
+pass is the line ``Mismatches: 0 in N samples``; here N must also be more than zero (a candidate
+that stops the simulation before any sample would otherwise pass). Each simulation runs in its own
 temporary directory, under a wall-clock timeout (its process group is killed), with its
 output going to a file capped by ``ulimit -f`` and its memory by ``ulimit -v``, inside an
 empty network namespace where the host allows one (``unshare -rn``; Icarus itself has no
 network primitives). Many run at once in a thread pool: the work is in the subprocesses.
+
+verilog-eval's testbenches dump waveforms (``$dumpfile``/``$dumpvars``); on a wide bus (a
+1024-bit mux input, a 512-cell automaton) the dump alone runs past any sane cap on what a run may
+write, and a correct module was killed ("vvp exited with 153": SIGXFSZ) where the benchmark's own
+harness, which caps nothing, passes it. ``vvp``'s ``-none`` suppresses the dump (nothing in a
+waveform decides the verdict), so the cap only stops a candidate that floods stdout or a file.
 
 Every outcome is recorded by name (:data:`OUTCOMES`), so a syntax error, a wrong module name,
 a hang and a wrong answer are told apart. Written by hand: no Python library wraps this.
@@ -56,7 +62,7 @@ class SimulatorMissing(RuntimeError):
 class SimConfig:
     """How one simulation is confined."""
 
-    timeout_s: float = 20.0  # wall clock for compile and for simulation, each
+    timeout_s: float = 30.0  # wall clock for compile and for simulation, each (verilog-eval's 30 s)
     max_output_bytes: int = 1 << 20  # what the simulation may write (stdout, dumps)
     max_memory_mib: int = 2048  # virtual memory per process
     isolate_network: bool = True  # unshare -rn where the host allows it
@@ -218,7 +224,8 @@ def simulate(problem: Problem, completion: str, config: SimConfig | None = None)
             return SimResult(outcome="timeout", detail=f"compile ran over {config.timeout_s:g} s", seconds=t_compile)
         if rc != 0:
             return SimResult(outcome="compile_error", detail=_first_error(log), seconds=t_compile)
-        rc, t_sim = _run([vvp, "-n", "sim.vvp"], work, work / "sim.log", config)
+        # -none: waveform dumps suppressed (they decide nothing, and a wide bus's outgrows the cap)
+        rc, t_sim = _run([vvp, "-n", "sim.vvp", "-none"], work, work / "sim.log", config)
         seconds = t_compile + t_sim
         out = _read(work / "sim.log", min(config.max_output_bytes, 4 << 20))
     if rc is None:

@@ -139,3 +139,48 @@ def test_missing_simulator_is_one_line_naming_the_package(adder8, monkeypatch):
     with pytest.raises(evaluate.SimulatorMissing, match="apt-get install iverilog") as e:
         evaluate.simulate(adder8, adder8.answer)
     assert "\n" not in str(e.value)
+
+
+def test_a_wide_bus_testbench_that_dumps_waves_passes_a_correct_module(iverilog):
+    """verilog-eval's testbenches dump waveforms; on a 1024-bit bus over many samples the dump is
+    megabytes, past the cap on what a run may write, and killed a correct module (vvp exit 153,
+    SIGXFSZ) that the benchmark's harness passes. The dump is suppressed; the cap still holds for
+    what a candidate itself writes."""
+    answer = (
+        "module mux256(input [1023:0] in, input [7:0] sel, output [3:0] out);\n"
+        "  assign out = in[sel * 4 +: 4];\nendmodule"
+    )
+    test = """`timescale 1 ps/1 ps
+module tb();
+  reg [1023:0] in; reg [7:0] sel; wire [3:0] out_ref, out_dut;
+  integer i, errors = 0;
+  RefModule good(.in(in), .sel(sel), .out(out_ref));
+  TopModule dut(.in(in), .sel(sel), .out(out_dut));
+  initial begin
+    $dumpfile("wave.vcd");
+    $dumpvars(1, tb.in, tb.sel, tb.out_ref, tb.out_dut);
+    for (i = 0; i < 4000; i = i + 1) begin
+      in = {32{$random}}; sel = $random; #1;
+      if (out_ref !== out_dut) errors = errors + 1;
+    end
+    $display("Mismatches: %1d in %1d samples", errors, 4000);
+    $finish;
+  end
+endmodule
+"""
+    problem = evaluate.Problem(
+        name="Prob999_mux256",
+        prompt="Write a 256-to-1 4-bit multiplexer.",
+        ref=answer.replace("module mux256(", "module RefModule("),
+        module="TopModule",
+        answer=answer.replace("module mux256(", "module TopModule("),
+        test=test,
+    )
+    small_cap = evaluate.SimConfig(max_output_bytes=256 << 10)  # the dump would be ~4 MB
+    r = evaluate.simulate(problem, problem.answer, small_cap)
+    assert r.outcome == "pass" and r.samples == 4000, r
+    wrong = problem.answer.replace("sel * 4 +: 4", "sel * 4 + 1 +: 4")
+    assert evaluate.simulate(problem, wrong, small_cap).outcome == "mismatch"
+    flood = problem.answer.replace("endmodule", '  initial repeat (100000) $display("%0128h", in);\nendmodule')
+    r = evaluate.simulate(problem, flood, small_cap)
+    assert r.outcome == "runtime_error" and "output over the limit" in r.detail, r  # the cap still holds
