@@ -173,6 +173,28 @@ def config_from_args(args) -> TrainConfig:
     return config
 
 
+def _mesh_over_the_job(config: TrainConfig, info) -> TrainConfig:
+    """A multi-process job with no --mesh: a mesh over all its devices that the preset's heads allow.
+
+    The recipe's mesh is for one host (the CPU recipe's is 1 x 1); a job spans every process's
+    devices, so the planner's choice for that device count replaces it, said once (process 0).
+    """
+    import jax
+
+    n = jax.device_count()
+    if config.mesh_fsdp * config.mesh_tp == n:
+        return config
+    choice = mesh_lib.choose_mesh(config.model_preset, n, config.data.batch_size)
+    if info.process_index == 0:
+        print(
+            f"cookbook train: a {info.process_count}-process job over {n} devices and no --mesh: mesh fsdp "
+            f"{choice.fsdp} x tp {choice.tp} ({choice.reason}); --mesh FSDPxTP sets another",
+            file=sys.stderr,
+            flush=True,
+        )
+    return config.replace(mesh_fsdp=choice.fsdp, mesh_tp=choice.tp)
+
+
 @core.user_errors("train", NonFiniteLossError, data_lib.DataError, models.BaseDownloadError, RuntimeError)
 def _cli(args) -> int:
     config = config_from_args(args)
@@ -193,6 +215,8 @@ def _cli(args) -> int:
         return 0
     # Before anything touches a device: join the job (a no-op on one CPU host).
     info = mesh_lib.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+    if info.process_count > 1 and not args.mesh:
+        config = _mesh_over_the_job(config, info)
     if info.process_count > 1 and args.eval_accuracy:
         raise ValueError(
             "--eval-accuracy runs on one process: evaluate the finished run with "

@@ -41,8 +41,9 @@ def _env(devices: int) -> dict[str, str]:
     return env
 
 
-def _train(out: Path, mesh: str, *, processes: int = 1) -> subprocess.CompletedProcess:
-    args = ["train", "--preset", "tiny", "--mesh", mesh, *STEPS, "--out", str(out)]
+def _train(out: Path, mesh: str | None, *, processes: int = 1) -> subprocess.CompletedProcess:
+    """``mesh`` None: no --mesh (a multi-process job then picks one over all its devices)."""
+    args = ["train", "--preset", "tiny", *(["--mesh", mesh] if mesh else []), *STEPS, "--out", str(out)]
     if processes > 1:
         args = [
             "launch",
@@ -76,11 +77,18 @@ def _update_diff(a: dict, b: dict, start: dict) -> float:
 def runs(tmp_path_factory, tiny_base):
     root = tmp_path_factory.mktemp("multihost")
     out = {}
-    for name, layout, procs in (("one", "2x2", 1), ("control", "4x1", 1), ("two", "2x2", 2)):
+    # The two-process run gives no --mesh: the job picks one over its 4 devices (tiny's two global
+    # KV heads allow tp 2: 2 x 2, the one-process run's), where the CPU recipe's 1 x 1 was refused.
+    for name, layout, procs in (("one", "2x2", 1), ("control", "4x1", 1), ("two", None, 2)):
         t0 = time.perf_counter()
         done = _train(root / name, layout, processes=procs)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        out[name] = {"dir": root / name, "seconds": time.perf_counter() - t0, "stdout": done.stdout}
+        out[name] = {
+            "dir": root / name,
+            "seconds": time.perf_counter() - t0,
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+        }
     return out
 
 
@@ -93,6 +101,9 @@ def test_two_processes_train_what_one_process_trains(runs):
     keys = [(r["name"], r["step"]) for r in lines]
     assert len(keys) == len(set(keys)) and ("train/loss", 4) in keys
     assert sum('"final_step": 4' in line for line in runs["two"]["stdout"].splitlines()) == 1
+    said = runs["two"]["stdout"] + runs["two"]["stderr"]  # the launcher relays its processes' output
+    assert said.count("2-process job over 4 devices and no --mesh: mesh fsdp 2 x tp 2") == 1  # process 0 only
+    assert train.config_of_run(two).mesh_fsdp == train.config_of_run(two).mesh_tp == 2
     # The checkpoints of the two-process run restore in this (single, 8-device) process.
     start = train.lora_arrays(train.build_lora_model(train.config_of_run(two)))
     weights = {n: train.lora_arrays(train.restore_lora_model(runs[n]["dir"])) for n in ("one", "control", "two")}
