@@ -163,22 +163,24 @@ def check_checkpoint_matches(ckpt_dir: str | Path, preset: models.ModelPreset) -
 
 
 def check_heads_divide(preset: models.ModelPreset, tp: int) -> None:
-    """Refuse a tp that does not divide a head count, before anything is loaded.
+    """Refuse a tp that does not divide a head dimension Tunix shards on tp, before anything is loaded.
 
-    Tunix shards query and KV heads on ``tp``; JAX would otherwise fail deep inside the sharded
-    load ("should evenly divide"). 12B's global layers have one KV head, so it takes no tp at all.
-    The mesh stage's ``cookbook.mesh.validate_mesh`` checks every dimension and lists the meshes
-    that fit; this is the part a loader cannot do without.
+    Tunix 0.1.7 shards the query heads (``q_einsum``: N on tp) and, on K = V global layers, the KV
+    heads of ``k_einsum`` (K on tp); ``kv_einsum`` keeps its KV heads whole (measured: the E2B
+    twin's one KV head loads on a 4 x 2 mesh). JAX would otherwise fail deep inside the sharded
+    load ("should evenly divide"): 12B's K = V global layers have one KV head, so it takes no tp.
+    The mesh stage's ``cookbook.mesh.validate_mesh`` checks every dimension (conservatively: it
+    also counts ``kv_einsum``'s heads) and lists the meshes that fit.
     """
     p = preset
-    heads = {"query heads": p.num_heads, "KV heads (sliding layers)": p.num_kv_heads}
-    if p.global_layers:
+    heads = {"query heads": p.num_heads}
+    if p.global_layers and p.k_eq_v_global:
         heads["global KV heads"] = p.effective_global_kv_heads
     bad = [f"{name} = {n}" for name, n in heads.items() if n % tp]
     if bad:
         raise ValueError(
-            f"mesh tp={tp} does not divide {', '.join(bad)} of preset {p.name!r} (Tunix shards heads on "
-            "tp): use a tp that divides every head count (cookbook.mesh.valid_meshes lists the meshes that fit)"
+            f"mesh tp={tp} does not divide {', '.join(bad)} of preset {p.name!r} (Tunix shards them on "
+            "tp): use a tp that divides them (cookbook.mesh.valid_meshes lists the meshes that fit)"
         )
 
 

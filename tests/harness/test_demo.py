@@ -158,24 +158,26 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
 
 @pytest.fixture(scope="module")
 def lanes_dir(tmp_path_factory):
-    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; 06 sleeps eight times as long as
-    the others, to span 05, 08's kernel start and 08; each records when it ran (wall clock). With
-    FAIL set, the failing notebook leaves a mark in the run directory before it raises, and the
-    others wait for that mark before their sleep: the failure comes first however long each kernel
-    takes to start (on a loaded machine 05's kernel once finished its 2 s before 06's had started,
-    and the free lane rightly took 08)."""
+    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; each records when it ran (wall
+    clock). The order is made by marks in the run directory, not by sleeping longer: each notebook
+    leaves ``NAME.started`` as it starts; 05 waits for 06's (so they overlap), 06 for 08's (so 08
+    runs while 06 does, in the lane 05 freed), then each sleeps SLEEP. On a loaded machine a kernel
+    once took longer to start than another notebook's whole sleep, and fixed sleeps put them out of
+    order. With FAIL set, the failing notebook leaves ``failed.mark`` before it raises and the others
+    wait for that mark instead: the failure comes first however long each kernel takes to start."""
     d = tmp_path_factory.mktemp("lanes")
     timed = (
         "import os, pathlib, time\nfrom cookbook.harness import record\nt0 = time.time()\n"
-        "mark = pathlib.Path(os.environ['COOKBOOK_RUN_DIR']) / 'failed.mark'\n"
+        "run = pathlib.Path(os.environ['COOKBOOK_RUN_DIR'])\n(run / '{name}.started').touch()\n"
+        "mark = run / 'failed.mark'\n"
         "if FAIL == '{name}':\n    mark.touch()\n    raise RuntimeError('{name} broke')\n"
-        "while FAIL and not mark.exists() and time.time() - t0 < 300:\n    time.sleep(0.1)\n"
-        "time.sleep({factor} * SLEEP)\nrecord('{name}', t0=t0, t1=time.time())"
+        "wait = mark if FAIL else (run / '{wait}.started' if '{wait}' else None)\n"
+        "while wait is not None and not wait.exists() and time.time() - t0 < 300:\n    time.sleep(0.1)\n"
+        "time.sleep(SLEEP)\nrecord('{name}', t0=t0, t1=time.time())"
     )
-    for name in ("05_side", "06_first", "07_second", "08_third"):
-        # 4 x SLEEP once ended 4 s before 08's kernel had started
-        factor = 8 if name == "06_first" else 1
-        _notebook(d / f"{name}.ipynb", timed.format(name=name, factor=factor), params="SLEEP = 2.5\nFAIL = ''")
+    waits = {"05_side": "06_first", "06_first": "08_third", "07_second": "", "08_third": ""}
+    for name, wait in waits.items():
+        _notebook(d / f"{name}.ipynb", timed.format(name=name, wait=wait), params="SLEEP = 2.5\nFAIL = ''")
     return d
 
 

@@ -257,6 +257,7 @@ def test_cli_prints_the_tpu_command(tmp_path, capsys):
 
     assert harness.main(["serve", str(tmp_path), "--tpu", "--preset", "gemma4_31b", "--name", "v"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("docker run") and "--tensor-parallel-size 8" in out and "vllm/vllm-tpu" in out
+    (command,) = [line for line in out.splitlines() if not line.startswith("#")]  # after the routes' notes
+    assert command.startswith("docker run") and "--tensor-parallel-size 8" in command and "vllm/vllm-tpu" in command
     assert harness.main(["serve", str(tmp_path / "missing")]) == 1  # clear error, no traceback
     assert "does not exist" in capsys.readouterr().err
