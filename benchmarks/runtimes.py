@@ -39,6 +39,11 @@ PAPER_TRAIN_TOKENS = 9.2e6  # the paper's 31B run: 1,244 steps, 9.2M trained tok
 
 
 SEQ_LENS = (4096, 2048, 1024)  # the paper's 4,096 first; a chip too small for it gets shorter rows
+# E4B is E2B grown in every dimension (layers 42 vs 35, width 2560 vs 1536, KV heads 2 vs 1, the
+# same per-layer-input width): a rung E2B does not fit, E4B does not either, so on a slice where
+# E2B needed a shorter row or nf4, E4B's ladder starts at that rung (each full-depth E4B compile
+# costs 5-10 CPU-minutes here). Not for 12B against E4B: 12B has no per-layer-input table.
+CONTAINS = {"gemma4_e4b": "gemma4_e2b"}
 
 
 def spaces(preset: str, slice_name: str):
@@ -77,6 +82,8 @@ def row_of(preset: str, slice_name: str, res, source: str) -> dict:
         "devices": s.num_devices,
         "hbm_gib_per_device": s.chip.device_hbm_bytes / 2**30,
         "compiled": bool(compiled or oom),
+        # The rows lengths compiled for the cell: a misfit at 4,096 alone says less than one at 1,024 too.
+        "seq_lens_tried": sorted({r.plan_config.seq_len for r in res.reports.values()}, reverse=True),
         "source": source,
     }
     if name is None:
@@ -113,6 +120,7 @@ def row_of(preset: str, slice_name: str, res, source: str) -> dict:
         estimated_step_s=r.estimated_step_s,
         estimate_bound=r.estimate_bound,
         tokens_per_s=tps,
+        floor_tokens_per_s=r.tokens_per_step / r.flop_floor_s,  # every FLOP at the chips' bf16 peak
         usd_per_hour=price,
         usd_per_million_tokens=r.usd_per_million_tokens(),
         paper_run_hours=hours,
@@ -136,15 +144,24 @@ def committed_cell(preset: str, slice_name: str):
     return None
 
 
-def compile_cell(preset: str, slice_name: str, workers: int):
-    """bf16 then nf4 at 4,096 tokens, then at 2,048 and 1,024: the first layout that fits wins."""
+def compile_cell(
+    preset: str, slice_name: str, workers: int, start: tuple[int, str | None] | None = None, cached_only: bool = False
+):
+    """bf16 then nf4 at 4,096 tokens, then at 2,048 and 1,024: the first layout that fits wins.
+
+    ``start``: (seq_len, quantize) of the rung to begin at (:data:`CONTAINS`).
+    """
     from cookbook import fit
 
     res = None
+    started = start is None
     for seq_len in SEQ_LENS:
         base = fit.PlanConfig(model_preset=preset, seq_len=seq_len)
         for space in spaces(preset, slice_name):
-            one = fit.search(preset, slice_name, space, base=base, workers=workers)
+            started = started or (seq_len, space.quantize[0]) == start
+            if not started:
+                continue
+            one = fit.search(preset, slice_name, space, base=base, workers=workers, cached_only=cached_only)
             res = one if res is None else fit.merge_searches(res, one)
             if res.best() is not None:
                 return res, "benchmarks/runtimes.py"
@@ -158,24 +175,48 @@ def out_of_memory(report) -> bool:
     )
 
 
-def load() -> dict:
-    return json.loads(OUT.read_text()) if OUT.is_file() else {"rows": {}}
+def load(path: Path = OUT) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {"rows": {}}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", default=None, help="comma-separated PRESET/SLICE cells (default: all not in the file)")
     ap.add_argument("--workers", type=int, default=1, help="compiles at a time (each its own process)")
+    ap.add_argument("--cached-only", action="store_true", help="compile nothing: rows from the compiles already cached")
     ap.add_argument("--table", action="store_true", help="print the committed table and exit")
+    ap.add_argument("--out", type=Path, default=OUT, help="the table to add rows to (default: the committed one)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown (README) and exit")
+    ap.add_argument("--plot", type=Path, default=None, help="draw the table to this PNG (docs/runtimes.png) and exit")
     args = ap.parse_args()
     from cookbook.core import setup_runtime_env
 
     setup_runtime_env()
-    data = load()
+    data = load(args.out)
     if args.table:
         from cookbook.fit import format_runtimes
 
         print(format_runtimes(data))
+        return 0
+    if args.markdown:
+        from cookbook.fit import runtime_answers, runtimes_table
+
+        rows = runtimes_table(data)
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        print("| " + " | ".join(cols) + " |\n| " + " | ".join("---" for _ in cols) + " |")
+        for r in rows:
+            print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+        for q, a in runtime_answers(data).items():
+            print(f"- {q}: {a}")
+        return 0
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from cookbook.fit import plot_runtimes
+
+        plot_runtimes(data).savefig(args.plot, dpi=110)
+        print(f"wrote {args.plot}")
         return 0
     from cookbook.fit import RUNTIME_SLICES, SIZES_BY_PARAMS
 
@@ -188,8 +229,14 @@ def main() -> int:
             if cells is None and data["rows"].get(key, {}).get("compiled"):
                 continue
             found = committed_cell(preset, slice_name)
-            res, source = found if found else compile_cell(preset, slice_name, args.workers)
-            data["rows"][key] = row_of(preset, slice_name, res, source)
+            smaller = data["rows"].get(f"{CONTAINS.get(preset)}/{slice_name}", {})
+            start = (smaller["seq_len"], smaller.get("quantize")) if smaller.get("fits") else None
+            res, source = found if found else compile_cell(preset, slice_name, args.workers, start, args.cached_only)
+            if res is None or (not res.reports and not found):
+                continue  # --cached-only and nothing cached for the cell: left out
+            row = row_of(preset, slice_name, res, source)
+            data = load(args.out)  # again: another run may have added rows meanwhile
+            data["rows"][key] = row
             data.update(
                 written_on=datetime.date.today().isoformat(),
                 load_average_at_write=os.getloadavg()[0],
@@ -197,7 +244,7 @@ def main() -> int:
                 paper_train_tokens=PAPER_TRAIN_TOKENS,
                 margin=0.8,
             )
-            OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
             r = data["rows"][key]
             print(f"{key}: fits={r['fits']} {r.get('layout', r.get('why'))}", flush=True)
     return 0

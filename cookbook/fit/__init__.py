@@ -60,6 +60,7 @@ from cookbook.fit._runtimes import (  # noqa: F401
     SIZES_BY_PARAMS,
     largest_fitting,
     load_runtimes,
+    paper_mfu,
     runtime_answers,
     runtime_cell,
     runtimes_table,
