@@ -67,7 +67,7 @@ def spaces(preset: str, slice_name: str):
     ]
 
 
-def row_of(preset: str, slice_name: str, res, source: str) -> dict:
+def row_of(preset: str, slice_name: str, res, source: str, tried: list[int] | None = None) -> dict:
     """The table row of a cell from its search (the best layout that fits, any base)."""
     from cookbook import core
 
@@ -83,7 +83,8 @@ def row_of(preset: str, slice_name: str, res, source: str) -> dict:
         "hbm_gib_per_device": s.chip.device_hbm_bytes / 2**30,
         "compiled": bool(compiled or oom),
         # The rows lengths compiled for the cell: a misfit at 4,096 alone says less than one at 1,024 too.
-        "seq_lens_tried": sorted({r.plan_config.seq_len for r in res.reports.values()}, reverse=True),
+        "seq_lens_tried": tried or sorted({r.plan_config.seq_len for r in res.reports.values()}, reverse=True),
+        "bases_tried": sorted({r.plan_config.quantize or "bf16" for r in res.reports.values()}),
         "source": source,
     }
     if name is None:
@@ -155,6 +156,7 @@ def compile_cell(
 
     res = None
     started = start is None
+    tried: list[int] = []  # layout names carry no row length: a later rung's report replaces an earlier one's
     for seq_len in SEQ_LENS:
         base = fit.PlanConfig(model_preset=preset, seq_len=seq_len)
         for space in spaces(preset, slice_name):
@@ -162,10 +164,12 @@ def compile_cell(
             if not started:
                 continue
             one = fit.search(preset, slice_name, space, base=base, workers=workers, cached_only=cached_only)
+            if one.reports and seq_len not in tried:
+                tried.append(seq_len)
             res = one if res is None else fit.merge_searches(res, one)
             if res.best() is not None:
-                return res, "benchmarks/runtimes.py"
-    return res, "benchmarks/runtimes.py"
+                return res, "benchmarks/runtimes.py", tried
+    return res, "benchmarks/runtimes.py", tried
 
 
 def out_of_memory(report) -> bool:
@@ -231,10 +235,11 @@ def main() -> int:
             found = committed_cell(preset, slice_name)
             smaller = data["rows"].get(f"{CONTAINS.get(preset)}/{slice_name}", {})
             start = (smaller["seq_len"], smaller.get("quantize")) if smaller.get("fits") else None
-            res, source = found if found else compile_cell(preset, slice_name, args.workers, start, args.cached_only)
+            found = (*found, None) if found else None
+            res, source, tried = found or compile_cell(preset, slice_name, args.workers, start, args.cached_only)
             if res is None or (not res.reports and not found):
                 continue  # --cached-only and nothing cached for the cell: left out
-            row = row_of(preset, slice_name, res, source)
+            row = row_of(preset, slice_name, res, source, tried)
             data = load(args.out)  # again: another run may have added rows meanwhile
             data["rows"][key] = row
             data.update(

@@ -48,6 +48,7 @@ def largest_fitting(slice_name: str) -> dict[str, Any] | None:
 def runtimes_table(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One display row per cell: fits, base, GiB per device of the usable HBM, tokens/s, $."""
     data = data or load_runtimes()
+    mfu = paper_mfu(data)
     out = []
     for preset in SIZES_BY_PARAMS:
         for slice_name in RUNTIME_SLICES:
@@ -55,11 +56,11 @@ def runtimes_table(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
             if r is None:
                 out.append({"size": preset.removeprefix("gemma4_"), "slice": slice_name, "fits": "not compiled yet"})
             else:
-                out.append(_display(r))
+                out.append(_display(r, mfu, data.get("paper_train_tokens", 9.2e6)))
     return out
 
 
-def _display(r: dict[str, Any]) -> dict[str, Any]:
+def _display(r: dict[str, Any], mfu: float | None = None, tokens: float = 9.2e6) -> dict[str, Any]:
     row = {
         "size": r["preset"].removeprefix("gemma4_"),
         "slice": r["slice"],
@@ -79,10 +80,13 @@ def _display(r: dict[str, Any]) -> dict[str, Any]:
                 "layout": f"{r['mesh_fsdp']}x{r['mesh_tp']}/b{r['batch_size']}/{r['remat']}",
                 "tokens/s": round(r["tokens_per_s"]),
                 "$/1M tokens": round(r["usd_per_million_tokens"], 3),
-                "paper run h": round(r["paper_run_hours"], 1),
+                "paper run h": round(r["paper_run_hours"], 2),
                 "paper run $": round(r["paper_run_usd"], 2),
             }
         )
+        if mfu and "floor_tokens_per_s" in r:  # at the paper's measured fraction of peak (paper_mfu)
+            hours = tokens / (r["floor_tokens_per_s"] * mfu) / 3600
+            row.update({"h at paper's MFU": round(hours, 1), "$ at paper's MFU": round(hours * r["usd_per_hour"], 2)})
     return row
 
 
@@ -164,7 +168,12 @@ def runtime_answers(data: dict[str, Any] | None = None) -> dict[str, str]:
     elif r["fits"]:
         out["31b_qlora_v6e1"] = f"not at 4,096 tokens; at {r['seq_len']} it fits ({fitted(r)})"
     else:
-        out["31b_qlora_v6e1"] = "no: no layout tried fits one v6e-1 (bf16 and nf4, 4,096 down to 1,024 tokens)"
+        tried = ", ".join(map(str, r.get("seq_lens_tried") or []))
+        out["31b_qlora_v6e1"] = (
+            f"no layout compiled so far fits one v6e-1 ({' and '.join(r.get('bases_tried') or [])} base at {tried} "
+            f"tokens: {r.get('gib_per_chip', float('nan')):.1f} GiB per device of {r['hbm_gib_per_device']:.2f} at the "
+            "least)" + ("" if "nf4" in (r.get("bases_tried") or []) else "; QLoRA (nf4) not compiled yet")
+        )
     best = largest_fitting("v5e-1") if rows else None
     bigger = SIZES_BY_PARAMS[SIZES_BY_PARAMS.index(best["preset"]) + 1 :] if best else SIZES_BY_PARAMS
     status = []
