@@ -67,7 +67,7 @@ def _display(r: dict[str, Any], mfu: float | None = None, tokens: float = 9.2e6)
         "runtime": r["runtime"],
         "fits": {True: "yes", False: "no", None: "not compiled"}[r["fits"]]
         + (
-            f" (at {', '.join(map(str, r['seq_lens_tried']))} tokens)"
+            f" ({'/'.join(r.get('bases_tried') or [])} at {', '.join(map(str, r['seq_lens_tried']))} tokens)"
             if r["fits"] is False and r.get("seq_lens_tried")
             else ""
         ),
