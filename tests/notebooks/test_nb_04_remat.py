@@ -45,3 +45,7 @@ def test_notebook_04_remat_and_plans(tmp_path):
         (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES
     }
     assert all(row["fits"] or row["what would fit"] for row in family)
+    # Section 6: sizes x the runtimes users have, read from benchmarks/results/runtimes.json.
+    assert r["runtimes"] == fit.runtimes_table()
+    assert len(r["runtimes"]) == len(fit.SIZES_BY_PARAMS) * len(fit.RUNTIME_SLICES)
+    assert r["runtime_answers"] == fit.runtime_answers() and len(r["runtime_answers"]) == 4
