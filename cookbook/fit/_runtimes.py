@@ -206,6 +206,8 @@ def runtime_answers(data: dict[str, Any] | None = None) -> dict[str, str]:
             + (f", ${real * r['usd_per_hour']:.2f} ({real:.1f} h) at the paper's measured efficiency" if real else "")
             + f"; the paper paid ${PAPER_TRAIN_USD_V5P8:.2f} on v5p-8"
         )
+    elif r is None or r["fits"] is None:
+        out["paper_run_on_v6e1"] = "31B on one v6e-1 not compiled yet, so the paper's run is not priced there"
     else:
         out["paper_run_on_v6e1"] = "31B does not train on one v6e-1, so the paper's run cannot be priced there"
     return out
