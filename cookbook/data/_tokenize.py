@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from cookbook import models
+from cookbook.data import _cache
 from cookbook.data._config import DataConfig
 from cookbook.data._rows import (
     Conversation,
@@ -136,24 +137,43 @@ def prompt_ids(tokenizer, row: Any, data_format: str = "auto", columns: dict[str
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def prepare_examples(source: Any, tokenizer, config: DataConfig) -> tuple[list[Example], DataReport]:
+def prepare_examples(
+    source: Any, tokenizer, config: DataConfig, *, cache: bool = True
+) -> tuple[list[Example], DataReport]:
     """Read, validate and tokenise every row; apply the too-long policy; report.
+
+    Args:
+      source: anything :func:`read_rows` takes.
+      tokenizer: a transformers tokenizer with the Gemma 4 chat template, or the directory
+        it is saved in (a checkpoint's), loaded only when the rows are not in the cache.
+      config: :class:`DataConfig`.
+      cache: read and write the tokenised rows' cache (``cookbook.data._cache``: the same rows,
+        tokenizer and layout are tokenised once). Off where tokenising is what is measured.
 
     Raises :class:`DataError` when no row survives or more than
     ``config.max_bad_fraction`` of the rows were dropped, listing the first reasons.
     """
     raw_rows, problems = read_rows(source)
     bad = {p.row for p in problems}
+    tokenised = _cache.tokenised_rows(
+        raw_rows,
+        bad,
+        tokenizer,
+        config.data_format,
+        config.columns,
+        lambda tok, row: tokenize_chat(tok, row, config.data_format, config.columns),
+        _load_from_dir,
+        use_cache=cache,
+    )
     examples: list[Example] = []
     lengths: list[int] = []
-    for number, raw in enumerate(raw_rows, start=1):
+    for number, outcome in enumerate(tokenised, start=1):
         if number in bad:
             continue
-        try:
-            ids, mask = tokenize_chat(tokenizer, raw, config.data_format, config.columns)
-        except RowError as e:
-            problems.append(RowProblem(number, str(e)))
+        if isinstance(outcome, str):
+            problems.append(RowProblem(number, outcome))
             continue
+        ids, mask = outcome
         lengths.append(len(ids))
         if len(ids) > config.seq_len:
             if config.too_long == "truncate" and mask[: config.seq_len].any():
@@ -185,6 +205,12 @@ def prepare_examples(source: Any, tokenizer, config: DataConfig) -> tuple[list[E
             f"{report.summary()}"
         )
     return examples, report
+
+
+def _load_from_dir(path: str | Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
 
 
 def load_tokenizer(preset: str = "tiny", *, base_dir: str | Path | None = None):

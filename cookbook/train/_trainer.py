@@ -36,7 +36,6 @@ from cookbook.train._runs import (
     cache_key,
     checkpoint_steps,
     eval_rows,
-    load_tokenizer,
     make_mesh,
     read_metrics,
     recipe,
@@ -314,8 +313,9 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     # Every process must run the same recipe (the base by content: paths may differ per host).
     mesh_lib.check_same_everywhere(json.dumps({**rec, "base_dir": None}, sort_keys=True), "training config")
     _shared_recipe(run_dir, rec)
-    tokenizer = load_tokenizer(base_dir)
-    # Tokenise and validate the data before the model is loaded.
+    # Tokenise and validate the data before the model is loaded. The tokenizer is named by its
+    # directory: it is loaded only if the rows are not in the tokenised rows' cache.
+    tokenizer = base_dir
     host_iter, report = data_lib.make_train_iter(train_rows(config), tokenizer, config.data, report=True)
     eval_cfg = dataclasses.replace(config.data, shuffle=False, prefetch=0)
     eval_it = data_lib.make_train_iter(eval_rows(config), tokenizer, eval_cfg, num_epochs=1)

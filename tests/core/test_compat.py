@@ -340,3 +340,47 @@ def test_lora_grads_for_cpu_equal_qwixs_and_drop_xla_cpus_transposed_copies(tiny
     )
     print(f"gradients: ours vs Qwix's {rel:.2e}; another batch {control:.2f}")
     assert rel <= 1e-5 < control
+
+
+_TENSORBOARDX_CHILD = r"""
+import importlib.util, struct, sys, pathlib
+from cookbook import core
+
+core.setup_runtime_env()  # every entry point: imports tensorboardX with torch hidden
+from tunix.sft import metrics_logger  # imports tensorboardX, which tries torch
+
+assert "tensorboardX" in sys.modules
+assert "torch" not in sys.modules, "Tunix's import loaded torch"
+assert core.compat.tensorboardx_without_torch() is False  # already imported: nothing to do
+backend = metrics_logger.TensorboardBackend(log_dir=sys.argv[1], flush_every_n_steps=1)
+backend.log_scalar("train/loss", 2.5, step=3)
+backend.close()
+from tensorboardX.proto import event_pb2
+
+(events,) = pathlib.Path(sys.argv[1]).glob("events.out.tfevents.*")
+raw, seen = events.read_bytes(), []
+while raw:  # TFRecord: length, its CRC, the record, its CRC
+    (n,) = struct.unpack("<Q", raw[:8])
+    event = event_pb2.Event.FromString(raw[12 : 12 + n])
+    seen += [(v.tag, v.simple_value, event.step) for v in event.summary.value]
+    raw = raw[16 + n :]
+assert seen == [("train/loss", 2.5, 3)], seen
+if importlib.util.find_spec("torch") is not None:  # hidden for that one import only
+    import torch
+
+    assert float(torch.ones(3).sum()) == 3.0
+print("ok")
+"""
+
+
+def test_tunix_metrics_logger_loads_without_torch_and_still_writes_events(tmp_path):
+    """Tunix's metrics logger imports tensorboardX, which imports torch when it is installed
+    (2-8 s a process); core.setup_runtime_env hides torch from that import only. The events
+    written are still TensorBoard's, and torch still imports afterwards."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _TENSORBOARDX_CHILD, str(tmp_path / "tb")], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
