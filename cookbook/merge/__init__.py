@@ -8,6 +8,7 @@ from cookbook.merge._checkpoint import (  # noqa: F401
     read_lora,
 )
 from cookbook.merge._merge import (  # noqa: F401
+    STOP_TOKENS,
     export_peft,
     hf_module_shape,
     merge_lora,

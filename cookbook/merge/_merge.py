@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -255,6 +256,41 @@ def _copy_side_files(base_dir: Path, tmp: Path, text_only: bool) -> None:
             shutil.copyfile(src, tmp / name)
 
 
+# What ends a Gemma 4 generation: the end of text, the end of a turn, and the opener of a tool
+# response (a turn whose last act is a tool call stops there and waits). Google's releases'
+# generation_config.json lists all three ([1, 106, 50]); their config.json only the first two.
+STOP_TOKENS = ("<eos>", "<turn|>", "<|tool_response>")
+
+
+def _stop_ids(base_dir: Path) -> list[int]:
+    """The ids of :data:`STOP_TOKENS` in the base's ``tokenizer.json`` (its added tokens), in
+    that order; those it does not have are left out."""
+    path = base_dir / "tokenizer.json"
+    if not path.is_file():
+        return []
+    added = {t["content"]: int(t["id"]) for t in json.loads(path.read_text()).get("added_tokens", [])}
+    return [added[t] for t in STOP_TOKENS if t in added]
+
+
+def _complete_generation_config(base_dir: Path, tmp: Path) -> list[int]:
+    """Make the merged checkpoint's ``generation_config.json`` stop on every Gemma 4 stop token
+    the base's tokenizer has: vLLM and transformers stop on its ``eos_token_id`` list, and a base
+    whose list lacks ``<|tool_response>`` (a config.json-derived one) runs past a tool call.
+
+    The base's file is kept as copied when it already lists them all; otherwise the missing
+    ids are appended (a base without the file gets one). Returns the ids added."""
+    stops = _stop_ids(base_dir)
+    path = tmp / "generation_config.json"
+    cfg = json.loads(path.read_text()) if path.is_file() else {}
+    eos = cfg.get("eos_token_id")
+    have = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    added = [i for i in stops if i not in have]
+    if added:
+        cfg["eos_token_id"] = have + added
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return added
+
+
 def merge_lora(
     base_dir: str | Path,
     lora: str | Path | LoraCheckpoint | None,
@@ -327,6 +363,13 @@ def merge_lora(
         }
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         _copy_side_files(base_dir, tmp, text_only)
+        added_stops = _complete_generation_config(base_dir, tmp)
+        if added_stops and progress:
+            print(
+                f"merge: generation_config.json: the base's eos_token_id lacked {added_stops} "
+                f"({', '.join(STOP_TOKENS)} are Gemma 4's stops); added",
+                file=sys.stderr,
+            )
         done = {
             "kind": _OUTPUT_KINDS[0],
             "version": MERGE_FORMAT_VERSION,
@@ -334,6 +377,7 @@ def merge_lora(
             "base_dir": str(base_dir),
             "text_only": text_only,
             "max_shard_bytes": max_shard_bytes,
+            "generation_config_added_eos": added_stops,  # said, not silently changed
             **(record or {}),
         }
         if ckpt is not None:

@@ -403,3 +403,26 @@ def test_a_run_named_by_a_relative_path_opens_like_its_absolute_one(lora_run, mo
     monkeypatch.chdir(lora_run.parent)
     relative = merge.open_lora_checkpoint(lora_run.name)
     assert relative.step_dir.is_absolute() and relative == absolute
+
+
+def test_generation_config_stops_on_every_gemma4_stop_token(tiny_base, tmp_path):
+    """Google's releases stop on [<eos>, <turn|>, <|tool_response>] = [1, 106, 50]; a base whose
+    generation_config.json lists fewer (config.json says [1, 106]) or has none gets the rest."""
+    from cookbook.models import _tokenizer
+
+    want = [_tokenizer.SPECIAL_TOKEN_IDS[t] for t in merge.STOP_TOKENS]
+    assert want == _tokenizer.stop_token_ids()
+    base = Path(shutil.copytree(tiny_base, tmp_path / "base", ignore=shutil.ignore_patterns(".*")))
+    gen = base / "generation_config.json"
+    cfg = json.loads(gen.read_text())
+    assert cfg["eos_token_id"] == want  # the twins' base: kept byte for byte (test above)
+    cfg["eos_token_id"] = want[:2]
+    gen.write_text(json.dumps(cfg))
+    merge.merge_lora(base, None, tmp_path / "fewer", preset="tiny", progress=False)
+    out = json.loads((tmp_path / "fewer" / "generation_config.json").read_text())
+    assert out["eos_token_id"] == want and out["bos_token_id"] == cfg["bos_token_id"]
+    record = json.loads((tmp_path / "fewer" / ".cookbook-complete.json").read_text())
+    assert record["generation_config_added_eos"] == want[2:]
+    gen.unlink()
+    merge.merge_lora(base, None, tmp_path / "none", preset="tiny", progress=False)
+    assert json.loads((tmp_path / "none" / "generation_config.json").read_text()) == {"eos_token_id": want}
