@@ -27,8 +27,10 @@ from cookbook.models._loader import (  # noqa: F401
     check_kv_sharing_matches,
     expected_hf_shapes,
     load_tunix_model,
+    map_checkpoint_shapes,
     read_checkpoint_index,
     text_prefix,
+    tunix_param_shapes,
     unused_kv_params,
 )
 from cookbook.models._parity import (  # noqa: F401

@@ -216,25 +216,80 @@ def load_tunix_model(
     if mesh is not None:
         check_heads_divide(p, mesh.shape.get("tp", 1))
     config = p.tunix_config(remat=remat)
-
-    def key_mapping(cfg):
-        # Tunix matches "(model.language_model.)?layers..."; also accept the text-only
-        # layout's "model.layers...".
-        return {
-            k.replace(r"(?:model\.language_model\.)?", r"(?:model\.language_model\.|model\.)?"): v
-            for k, v in core.tunix_gemma4_key_mapping(cfg).items()
-        }
-
     model = safetensors_loader.load_and_create_model(
         file_dir=str(ckpt_dir),
         model_class=_build_gemma4,
         config=config,
-        key_mapping=key_mapping,
+        key_mapping=_key_mapping,
         mesh=mesh,
         preprocess_fn=_fill_unused_kv(p, core.tunix_gemma4_preprocess(config)),
         dtype=jnp.dtype(p.dtype),
     )
     return model
+
+
+def _key_mapping(cfg) -> dict:
+    """Tunix's Gemma 4 name map, also matching the text-only layout's ``model.layers...``
+    (Tunix matches ``(model.language_model.)?layers...``)."""
+    from cookbook import core
+
+    return {
+        k.replace(r"(?:model\.language_model\.)?", r"(?:model\.language_model\.|model\.)?"): v
+        for k, v in core.tunix_gemma4_key_mapping(cfg).items()
+    }
+
+
+def map_checkpoint_shapes(
+    shapes: dict[str, tuple[int, ...]], preset: str | models.ModelPreset
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """What :func:`load_tunix_model` would make of a checkpoint with these tensor shapes, from
+    its header alone (no weights: a released manifest, or a checkpoint before downloading it).
+
+    Each tensor goes through Tunix's name map and transforms (permute, reshape) and the
+    preprocessing :func:`load_tunix_model` runs (K/V stacking, zeros for the KV-shared layers'
+    unused K/V), on zero-stride arrays that hold no memory.
+
+    Returns:
+      ``(params, skipped)``: the Tunix parameter (state-dict name) -> shape it would be given,
+      and the checkpoint tensors no parameter takes (the vision and audio towers).
+    """
+    import numpy as np
+    from tunix.models import safetensors_loader
+
+    from cookbook import core
+
+    p = models.get_preset(preset)
+    config = p.tunix_config()
+    key_map = _key_mapping(config)
+    state: dict = {}
+    skipped: list[str] = []
+    for name, shape in shapes.items():
+        try:
+            key, transform = safetensors_loader.torch_key_to_jax_key(key_map, name)
+        except ValueError:
+            skipped.append(name)
+            continue
+        value = np.broadcast_to(np.zeros((), np.float32), tuple(shape))
+        if transform is not None:
+            permute, reshape = transform
+            if permute:
+                value = value.transpose(permute)
+            if reshape:
+                value = value.reshape(reshape)
+        state[key] = value
+    params = _fill_unused_kv(p, core.tunix_gemma4_preprocess(config))(state)
+    # Some map entries name an nnx.Param's ".value"; Tunix's loader tries the name with and without it.
+    return {k.removesuffix(".value"): tuple(v.shape) for k, v in params.items()}, skipped
+
+
+def tunix_param_shapes(preset: str | models.ModelPreset) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the preset's Tunix model (state-dict name, as Tunix's loader names it)
+    and its shape, from the abstract model (no memory)."""
+    from flax import nnx
+    from tunix.models import safetensors_loader
+
+    flat = nnx.state(abstract_model(preset), nnx.Param).flat_state()
+    return {safetensors_loader.path_to_key(path): tuple(v.value.shape) for path, v in flat}
 
 
 def _build_gemma4(config, *, rngs):

@@ -9,6 +9,7 @@ land at least ``core.CONTROL_SEPARATION`` bounds away.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,3 +252,46 @@ def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request)
     disagree = np.flatnonzero(picked != logits.argmax(-1))
     assert all(top2[i, 1] - logits[i, picked[i]] <= 2 * bound for i in disagree), (disagree, bound)
     assert len(disagree) <= 2, disagree  # ties are rare; more means the cache path is wrong
+
+
+def test_released_redundant_kv_on_shared_layers_is_accepted_and_changes_nothing(tiny_e2b_base, tmp_path):
+    """Google's E2B/E4B files still carry k_proj, v_proj and k_norm on the KV-shared layers (E2B
+    15-34: tests/models/test_released_manifest.py), which transformers never writes. The twin's
+    checkpoint with them added (random values, in an extra shard, as a release would hold them)
+    loads, its Tunix model takes them, and the logits are bit-identical to the same checkpoint
+    without them: a shared layer never reads its own K/V."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    p = models.get_preset("tiny_e2b")
+    plain = models.load_tunix_model(tiny_e2b_base, p)
+    base = Path(shutil.copytree(tiny_e2b_base, tmp_path / "released-layout", ignore=shutil.ignore_patterns(".*")))
+    index = json.loads((base / "model.safetensors.index.json").read_text())
+    first = load_file(str(base / index["weight_map"]["model.language_model.layers.0.self_attn.k_proj.weight"]))
+    dtype = first["model.language_model.layers.0.self_attn.k_proj.weight"].dtype
+    rng = np.random.default_rng(7)
+    extra = {}
+    for i in range(p.first_kv_shared_layer, p.num_layers):
+        kind = p.layer_kinds[i]
+        hd = p.global_head_dim if kind == "global" else p.head_dim
+        kv = p.effective_global_kv_heads if kind == "global" else p.num_kv_heads
+        layer = f"model.language_model.layers.{i}.self_attn."
+        extra[layer + "k_proj.weight"] = rng.normal(size=(kv * hd, p.embed_dim)).astype(dtype)
+        extra[layer + "v_proj.weight"] = rng.normal(size=(kv * hd, p.embed_dim)).astype(dtype)
+        extra[layer + "k_norm.weight"] = rng.normal(size=(hd,)).astype(dtype)
+    save_file(extra, str(base / "model-redundant-kv.safetensors"), metadata={"format": "pt"})
+    index["weight_map"].update(dict.fromkeys(extra, "model-redundant-kv.safetensors"))
+    (base / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    assert models.check_checkpoint_matches(base, p) == "model.language_model."
+    model = models.load_tunix_model(base, p)
+    unused = models.unused_kv_params(p)
+    taken = 0
+    for name in unused:
+        _, i, _, module, leaf = name.split(".")
+        value = np.asarray(getattr(getattr(model.layers[int(i)].attn, module), leaf).value)
+        taken += bool(value.any())  # the file's values, where the twin's own load has zeros
+    assert taken == len(unused)
+    tokens = models.random_text_tokens(p, 2, 64)
+    assert np.array_equal(models.tunix_logits(model, tokens), models.tunix_logits(plain, tokens))
