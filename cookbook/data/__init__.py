@@ -61,12 +61,15 @@ from cookbook.data._sample_task import (  # noqa: F401
     write_messy_jsonl,
 )
 from cookbook.data._tokenize import (  # noqa: F401
+    TEMPLATE_REVISIONS,
     Example,
     load_tokenizer,
+    lost_content,
     prepare_examples,
     prompt_ids,
     prompt_text,
     render,
+    template_revision,
     tokenize_chat,
     trained_spans,
 )

@@ -65,6 +65,90 @@ def render(
         raise RowError(f"the chat template rejected the row: {e}") from e
 
 
+# Gemma 4's chat-template revisions, by the SHA-256 of their text: the five TRL 1.16.0 ships
+# (trl/chat_templates/gemma4*.jinja, copies of the revisions Google published with the
+# checkpoints). The first four render no thought at all; the fifth (2026-07-09) is the one the
+# cookbook ships (cookbook.models.CHAT_TEMPLATE_FILE).
+TEMPLATE_REVISIONS = {
+    "33204f1acb5bd0002713e16a593847f24ceeafe711ed88bda2a352dc996a3373": "Gemma 4 revision 1 (TRL gemma4.jinja)",
+    "55572b8d3c8342044e25874c73fe5234b661fa0a57a57f6ef75b58e03d7d959a": "Gemma 4 revision 2 (TRL gemma4_v2.jinja)",
+    "781d10940fbc44be40064b5d43a056fc486c84ceaa55538226368b57314132bf": "Gemma 4 revision 3 (TRL gemma4_v3.jinja)",
+    "2f1b4d75d067bae3fe44e676721c7f077d243bc007156cb9c2f8b5836613d082": "Gemma 4 revision 4 (TRL gemma4_v4.jinja)",
+    "0a2c8073c878ab1da004bee933a998606537bbb62016310352c7285c3f01c5b5": (
+        "Gemma 4 revision 5, published 2026-07-09 (TRL gemma4_v5.jinja; the cookbook's)"
+    ),
+}
+
+
+def template_revision(tokenizer) -> str:
+    """Which chat-template revision ``tokenizer`` carries: a known one by name, else its hash."""
+    import hashlib
+
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return "no single chat template"
+    digest = hashlib.sha256(template.encode()).hexdigest()
+    return TEMPLATE_REVISIONS.get(digest, f"an unlisted revision (sha256 {digest[:12]})")
+
+
+def _string_leaves(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _string_leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _string_leaves(v)]
+    return []
+
+
+def lost_content(conversation: Conversation, text: str) -> list[tuple[int, str]]:
+    """What of a conversation its rendered ``text`` does not hold: ``(message index, what)`` for
+    every text, thought, tool call (name and string arguments) and tool response (its strings)
+    missing from it. Compared stripped (the templates trim), by containment."""
+    lost = []
+    for i, m in enumerate(conversation.messages):
+        parts = []
+        if m["role"] == "tool":
+            parts += [("tool response", s) for s in _string_leaves(m.get("content"))]
+        elif isinstance(m.get("content"), str):
+            parts.append(("text", m["content"]))
+        if m.get("reasoning_content"):
+            parts.append(("thought", m["reasoning_content"]))
+        for call in m.get("tool_calls") or ():
+            fn = call["function"]
+            parts.append(("tool call", fn["name"]))
+            parts += [("tool call argument", s) for s in _string_leaves(fn.get("arguments"))]
+        lost += [(i, what) for what, s in parts if s.strip() and s.strip() not in text]
+    return lost
+
+
+def _check_nothing_lost(tokenizer, conversation: Conversation, text: str) -> None:
+    """Refuse a row the chat template renders without some of its content (RowError), naming
+    what, the template revision and the fix: training on it would drop that part in silence."""
+    lost = lost_content(conversation, text)
+    if not lost:
+        return
+    said = "; ".join(f"message {i} ({conversation.messages[i]['role']}) {what}" for i, what in dict.fromkeys(lost))
+    revision = template_revision(tokenizer)
+    thoughts = [i for i, what in lost if what == "thought"]
+    last_user = max((i for i, m in enumerate(conversation.messages) if m["role"] == "user"), default=-1)
+    if thoughts and all(i < last_user for i in thoughts) and len(thoughts) == len(lost):
+        fix = (
+            "Gemma 4's template shows only the thoughts of the turns after the last user message "
+            "(earlier ones are dropped by design): split the conversation into one row per assistant "
+            "turn, or remove the earlier thoughts"
+        )
+    elif thoughts:
+        fix = (
+            "this revision renders no thoughts: give the checkpoint Gemma 4's current template "
+            "(cookbook.models.CHAT_TEMPLATE_FILE, revision 5 of 2026-07-09) as its chat_template.jinja, "
+            "which vLLM then serves with too, or remove the thoughts from the data"
+        )
+    else:
+        fix = "render with Gemma 4's current template (cookbook.models.CHAT_TEMPLATE_FILE), or drop that part"
+    raise RowError(f"the chat template ({revision}) renders no {said}: it would be lost in silence. Fix: {fix}")
+
+
 def trained_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of a rendered conversation the loss covers: what the model writes.
 
@@ -98,12 +182,16 @@ def tokenize_chat(
 
     The row (any layout of :data:`FORMATS`) is rendered with the tokenizer's chat template,
     exactly as vLLM renders it, then encoded without adding special tokens (the template
-    writes ``<bos>``). A token is trained on when it overlaps :func:`trained_spans`.
+    writes ``<bos>``). A token is trained on when it overlaps :func:`trained_spans`. A row the
+    template renders without some of its content (a thought, a tool call or response, a text)
+    is refused with a :class:`RowError` naming what, the template revision and the fix.
 
     Returns:
       ``(token_ids, loss_mask)``, both int32 of the same length.
     """
-    text = render(tokenizer, to_conversation(row, data_format, columns))
+    conversation = to_conversation(row, data_format, columns)
+    text = render(tokenizer, conversation)
+    _check_nothing_lost(tokenizer, conversation, text)
     return _encode(tokenizer, text, trained_spans(text))
 
 

@@ -88,7 +88,10 @@ def test_a_tool_row_trains_on_calls_and_answer_never_on_the_tool_response(tok):
     np.testing.assert_array_equal(same[2], _trained_and_not(tok, _tool_row())[2])
 
 
-def test_multi_turn_trains_every_answer_and_only_the_last_thought(tok):
+def test_multi_turn_thoughts_before_the_last_user_turn_are_refused_not_dropped(tok):
+    """Gemma 4's template renders only the thoughts after the last user turn: a row with an
+    earlier thought would train without it. It is refused with the fix; split as the fix says,
+    each row trains its turn's thought."""
     row = {
         "messages": [
             {"role": "user", "content": "one"},
@@ -97,9 +100,14 @@ def test_multi_turn_trains_every_answer_and_only_the_last_thought(tok):
             {"role": "assistant", "content": "A2", "reasoning_content": "second"},
         ]
     }
-    trained, untrained, _, _ = _trained_and_not(tok, row)
+    with pytest.raises(data.RowError, match=r"message 1 \(assistant\) thought.*one row per assistant turn"):
+        data.tokenize_chat(tok, row)
+    first = {"messages": row["messages"][:2]}
+    second = {"messages": [*row["messages"][:1], {"role": "assistant", "content": "A1"}, *row["messages"][2:]]}
+    trained, _, _, _ = _trained_and_not(tok, first)
+    assert trained == "<|channel>thought\nfirst\n<channel|>A1<turn|>"
+    trained, _, _, _ = _trained_and_not(tok, second)
     assert trained == "A1<turn|><|channel>thought\nsecond\n<channel|>A2<turn|>"
-    assert "first" not in trained + untrained  # the released template drops earlier thoughts
 
 
 @pytest.mark.parametrize(
