@@ -45,15 +45,16 @@ def start_lora_server() -> types.SimpleNamespace:
         lora_modules=(("verilog", str(adapter)), ("base", str(serve.zero_adapter(adapter)))),
         api_key_env="COOKBOOK_TEST_VLLM_KEY",
         startup_timeout_s=600,
+        # Runtime adapter loading: the thinking run's adapter joins only when its test runs
+        # (tests/evaluate/test_generators.py), so no other user trains that run.
+        runtime_lora=True,
     )
     owner = subprocess.Popen(
         [sys.executable, "-c", _OWNER_CODE, json.dumps(dataclasses.asdict(config))],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        # Runtime adapter loading: the thinking run's adapter joins only when its test
-        # runs (tests/evaluate/test_generators.py), so no other user trains that run.
-        env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+        env={**os.environ, "COOKBOOK_TEST_VLLM_KEY": key},
     )
     line = owner.stdout.readline()
     if not line:

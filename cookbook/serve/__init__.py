@@ -39,6 +39,8 @@ from cookbook.serve._server import (  # noqa: F401
     ServeError,
     VLLMServer,
     check_model_dir,
+    load_lora_adapter,
+    served_lora_rank,
     start_server,
     vllm_args,
 )

@@ -57,6 +57,10 @@ class ServeConfig:
     lora_modules: tuple[tuple[str, str], ...] = ()  # (name, PEFT adapter dir); enables LoRA
     max_lora_rank: int | None = None  # None: the largest adapter rank, rounded up to vLLM's set
     max_loras: int = 2
+    # Adapters can be added while it runs (VLLMServer.load_lora_adapter; vLLM's runtime LoRA
+    # loading, VLLM_ALLOW_RUNTIME_LORA_UPDATING). Any client that reaches the port may then load an
+    # adapter from a path on this host: keep such a server on 127.0.0.1, behind an API key.
+    runtime_lora: bool = False
     api_key_env: str | None = None  # name of an env var holding the key; None: no key
     compile: bool = False  # CPU: torch.compile costs ~60 s of start-up on 2 cores
     kv_cache_gib: int = 1  # CPU KV-cache space (VLLM_CPU_KVCACHE_SPACE)
@@ -157,27 +161,31 @@ def _lora_rank(adapter_dir: str) -> int:
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+def served_lora_rank(config: ServeConfig) -> int:
+    """The ``--max-lora-rank`` a server with ``config`` starts with: ``config.max_lora_rank`` when
+    given, else the largest adapter's rank, rounded up to a rank vLLM accepts."""
+    if not (config.max_lora_rank or config.lora_modules):
+        raise ServeError(
+            "runtime_lora=True with no adapters at start: give max_lora_rank, the largest rank to be loaded"
+        )
+    rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
+    return next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
+
+
 def lora_args(config: ServeConfig, adapter_paths: list[str]) -> list[str]:
     """vLLM's LoRA flags for ``config.lora_modules``, served from ``adapter_paths`` (one per
-    module: the host's dirs on CPU, the container's mounts on TPU).
+    module: the host's dirs on CPU, the container's mounts on TPU); with ``runtime_lora`` LoRA is
+    on even with no adapter at start.
 
-    ``--max-lora-rank`` is ``config.max_lora_rank`` when given, else the largest adapter's
-    rank, rounded up to a rank vLLM accepts.
+    ``--max-lora-rank`` is :func:`served_lora_rank`.
     """
-    if not config.lora_modules:
+    if not (config.lora_modules or config.runtime_lora):
         return []
-    rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
-    rank = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
-    names = [n for n, _ in config.lora_modules]
-    return [
-        "--enable-lora",
-        "--max-lora-rank",
-        str(rank),
-        "--max-loras",
-        str(config.max_loras),
-        "--lora-modules",
-        *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True)),
-    ]
+    args = ["--enable-lora", "--max-lora-rank", str(served_lora_rank(config)), "--max-loras", str(config.max_loras)]
+    if config.lora_modules:
+        names = [n for n, _ in config.lora_modules]
+        args += ["--lora-modules", *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True))]
+    return args
 
 
 def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None, for_tpu: bool = False) -> list[str]:
@@ -289,7 +297,37 @@ class VLLMServer:
                 )
             env[API_KEY_ENV] = key
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if self.config.runtime_lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        else:
+            env.pop("VLLM_ALLOW_RUNTIME_LORA_UPDATING", None)
         return env
+
+    def load_lora_adapter(self, name: str, adapter_dir: str | Path) -> None:
+        """Add a PEFT adapter to the running server as model ``name`` (``/v1/load_lora_adapter``).
+
+        The server must have been started with ``runtime_lora=True`` and a ``max_lora_rank`` (or
+        first adapters) at least this adapter's rank; the adapter is checked against the base as
+        the ones given at start are. A server that refuses it raises :class:`ServeError` with
+        vLLM's reason.
+        """
+        cfg = self.config
+        if self.process is None or self.startup_s is None:
+            raise ServeError("the server is not running; start it (and wait_ready) before loading an adapter")
+        if not cfg.runtime_lora:
+            raise ServeError(
+                "this server was started without runtime_lora=True: vLLM refuses to load adapters while it runs"
+            )
+        check_lora_fits(
+            check_model_dir(cfg.model_dir), dataclasses.replace(cfg, lora_modules=((name, str(adapter_dir)),))
+        )
+        rank, served_rank = _lora_rank(str(adapter_dir)), served_lora_rank(cfg)
+        if rank > served_rank:
+            raise ServeError(
+                f"adapter {adapter_dir} has rank {rank}; this server was started with --max-lora-rank "
+                f"{served_rank}: start it with max_lora_rank={rank} or more"
+            )
+        load_lora_adapter(self.base_url, name, adapter_dir, api_key=self.api_key if cfg.api_key_env else None)
 
     def start(self, *, wait: bool = True) -> VLLMServer:
         """Start the server and wait until it answers; raise :class:`ServeError` if it cannot.
@@ -409,6 +447,24 @@ class VLLMServer:
     def __repr__(self) -> str:
         state = f"running at {self.base_url}" if self.process else "stopped"
         return f"VLLMServer({self.config.served_model_name!r}, {state})"
+
+
+def load_lora_adapter(base_url: str, name: str, adapter_dir: str | Path, *, api_key: str | None = None) -> None:
+    """POST ``/v1/load_lora_adapter`` to a vLLM server started with runtime LoRA loading (``base_url``
+    ends in ``/v1``): the adapter at ``adapter_dir`` (a path on the server's host) is served as model
+    ``name``. Raises :class:`ServeError` with vLLM's reason when it refuses.
+    :meth:`VLLMServer.load_lora_adapter` checks the adapter first."""
+    body = json.dumps({"lora_name": name, "lora_path": str(adapter_dir)}).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(f"{base_url}/load_lora_adapter", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as r:
+            r.read()
+    except urllib.error.HTTPError as e:
+        reason = e.read().decode(errors="replace")[:2000]
+        raise ServeError(f"vLLM refused adapter {name!r} from {adapter_dir} (HTTP {e.code}): {reason}") from None
 
 
 @atexit.register

@@ -193,19 +193,12 @@ def test_thinking_pass1_through_vllm_equals_tunix(tiny_thinking, vllm_lora_serve
     back as `content` with the thought apart in `reasoning` (vLLM's gemma4 reasoning parser on the
     tiny tokenizer's own token ids), and score as Tunix's do; token-id prompts with special tokens
     kept give the same answers."""
-    import urllib.request
-
-    from cookbook import data
+    from cookbook import data, serve
 
     adapter = merge.ensure_peft(tiny_thinking.run_dir, layout="text")
-    request = urllib.request.Request(
-        vllm_lora_server.base_url + "/load_lora_adapter",
-        method="POST",
-        data=json.dumps({"lora_name": "verilog-thinking", "lora_path": str(adapter)}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {vllm_lora_server.api_key}"},
-    )
-    with urllib.request.urlopen(request, timeout=120) as r:
-        assert r.status == 200
+    with pytest.raises(serve.ServeError, match="HTTP 401"):  # the server's API key guards loading too
+        serve.load_lora_adapter(vllm_lora_server.base_url, "verilog-thinking", adapter, api_key="wrong")
+    serve.load_lora_adapter(vllm_lora_server.base_url, "verilog-thinking", adapter, api_key=vllm_lora_server.api_key)
     problems, tunix = tiny_thinking.problems, tiny_thinking.scores
     client = vllm_lora_server.client()
     chat = evaluate.endpoint_samples(client, "verilog-thinking", problems, tiny_thinking.sampling, thinking=True)

@@ -90,6 +90,33 @@ def test_vllm_args(tiny_text_base, tmp_path):
     assert "--reasoning-parser" not in args
 
 
+def test_runtime_lora_flags_environment_and_refusals(tiny_text_base, tmp_path, monkeypatch):
+    """Adapters loaded while the server runs: LoRA on even with none at start (then a rank must be
+    given), vLLM's runtime-loading switch set only when asked, and loads refused before vLLM is
+    asked: on a server not started, one started without it, or one whose rank is too small."""
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")  # inherited: never passed on unasked
+    plain = serve.ServeConfig(model_dir=str(tiny_text_base))
+    assert "--enable-lora" not in serve.vllm_args(plain, port=1)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in serve.VLLMServer(plain).environment()
+    with pytest.raises(serve.ServeError, match="max_lora_rank"):
+        serve.vllm_args(dataclasses.replace(plain, runtime_lora=True), port=1)
+    runtime = dataclasses.replace(plain, runtime_lora=True, max_lora_rank=12)
+    args = serve.vllm_args(runtime, port=1)
+    assert args[args.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in args and "--lora-modules" not in args
+    assert serve.VLLMServer(runtime).environment()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    adapter = _fake_adapter(tmp_path / "a", rank=8)
+    with pytest.raises(serve.ServeError, match="not running"):
+        serve.VLLMServer(runtime).load_lora_adapter("x", adapter)
+    started = serve.VLLMServer(plain)
+    started.process, started.startup_s, started.port = object(), 1.0, 1  # as if running: nothing is sent
+    with pytest.raises(serve.ServeError, match="runtime_lora=True"):
+        started.load_lora_adapter("x", adapter)
+    started.config = runtime
+    with pytest.raises(serve.ServeError, match="rank 32.*--max-lora-rank 16"):
+        started.load_lora_adapter("x", _fake_adapter(tmp_path / "b", rank=32))
+    started.process = None
+
+
 def test_serve_cli_asks_for_the_parsers(tiny_text_base, monkeypatch, capsys):
     from cookbook import harness
     from cookbook.serve import _cli
