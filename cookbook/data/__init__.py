@@ -69,6 +69,7 @@ from cookbook.data._tokenize import (  # noqa: F401
     prompt_ids,
     prompt_text,
     render,
+    split_turns,
     template_revision,
     tokenize_chat,
     trained_spans,

@@ -122,6 +122,36 @@ def lost_content(conversation: Conversation, text: str) -> list[tuple[int, str]]
     return lost
 
 
+def split_turns(row: Any, data_format: str = "auto", columns: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """A multi-turn conversation whose earlier turns think, as one row per exchange.
+
+    Gemma 4's template renders only the thoughts after the last user message, so such a row
+    cannot be trained whole without losing thoughts (:func:`tokenize_chat` refuses it). Split, each
+    exchange (up to an assistant turn that a user turn follows, or the last) becomes a row of the
+    conversation so far, its own thoughts kept and the earlier ones dropped (each is kept in its
+    own row). A row that loses nothing comes back as one row, in the messages layout.
+    """
+    conv = to_conversation(row, data_format, columns)
+    msgs = conv.messages
+    extra = {"tools": conv.tools} if conv.tools else {}
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    if not any(m.get("reasoning_content") for m in msgs[:last_user]):
+        return [{"messages": [dict(m) for m in msgs], **extra}]
+    ends = [
+        j
+        for j, m in enumerate(msgs)
+        if m["role"] == "assistant" and (j + 1 == len(msgs) or msgs[j + 1]["role"] == "user")
+    ]
+    rows = []
+    for j in ends:
+        prefix = [dict(m) for m in msgs[: j + 1]]
+        last = max(i for i, m in enumerate(prefix) if m["role"] == "user")
+        for m in prefix[:last]:
+            m.pop("reasoning_content", None)
+        rows.append({"messages": prefix, **extra})
+    return rows
+
+
 def _check_nothing_lost(tokenizer, conversation: Conversation, text: str) -> None:
     """Refuse a row the chat template renders without some of its content (RowError), naming
     what, the template revision and the fix: training on it would drop that part in silence."""
@@ -136,7 +166,7 @@ def _check_nothing_lost(tokenizer, conversation: Conversation, text: str) -> Non
         fix = (
             "Gemma 4's template shows only the thoughts of the turns after the last user message "
             "(earlier ones are dropped by design): split the conversation into one row per assistant "
-            "turn, or remove the earlier thoughts"
+            "turn (cookbook.data.split_turns), or remove the earlier thoughts"
         )
     elif thoughts:
         fix = (

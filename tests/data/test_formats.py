@@ -102,8 +102,10 @@ def test_multi_turn_thoughts_before_the_last_user_turn_are_refused_not_dropped(t
     }
     with pytest.raises(data.RowError, match=r"message 1 \(assistant\) thought.*one row per assistant turn"):
         data.tokenize_chat(tok, row)
-    first = {"messages": row["messages"][:2]}
-    second = {"messages": [*row["messages"][:1], {"role": "assistant", "content": "A1"}, *row["messages"][2:]]}
+    first, second = data.split_turns(row)
+    assert first["messages"][-1] == {"role": "assistant", "content": "A1", "reasoning_content": "first"}
+    assert second["messages"][1] == {"role": "assistant", "content": "A1"}  # the earlier thought: in its own row
+    assert data.split_turns(first) == [first]  # nothing to split
     trained, _, _, _ = _trained_and_not(tok, first)
     assert trained == "<|channel>thought\nfirst\n<channel|>A1<turn|>"
     trained, _, _, _ = _trained_and_not(tok, second)
