@@ -191,14 +191,45 @@ def trained_spans(text: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if b > a]
 
 
+def lost_content(messages: list[dict[str, Any]], text: str) -> list[str]:
+    """What of the conversation its rendering does not hold (texts, thoughts, tool-call names and
+    string arguments, tool responses), as ``cookbook.data.lost_content`` finds it: Gemma 4's
+    template revisions 1-4 render no thought, revision 5 none before the last user turn."""
+
+    def strings(v: Any) -> list[str]:
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, dict):
+            return [s for x in v.values() for s in strings(x)]
+        return [s for x in v for s in strings(x)] if isinstance(v, list) else []
+
+    lost = []
+    for i, m in enumerate(messages):
+        parts = [("text", s) for s in strings(m.get("content"))]
+        parts += [("thought", m["reasoning_content"])] if m.get("reasoning_content") else []
+        for c in m.get("tool_calls") or ():
+            parts += [("tool call", c["function"]["name"])]
+            parts += [("tool call argument", s) for s in strings(c["function"].get("arguments"))]
+        lost += [f"message {i} ({m['role']}) {what}" for what, s in parts if s.strip() and s.strip() not in text]
+    return list(dict.fromkeys(lost))
+
+
 def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]]:
     """Token ids of the rendered conversation (its tools declared, thinking on when a turn
-    has a thought) and a 0/1 mask of the tokens trained on."""
+    has a thought) and a 0/1 mask of the tokens trained on. A conversation the checkpoint's
+    template renders without some of its content is refused (ValueError), as the TPU pipeline
+    refuses it: training would drop that part in silence."""
     messages = conversation["messages"]
     thinking = any(m.get("reasoning_content") for m in messages)
     full = tokenizer.apply_chat_template(
         messages, tools=conversation.get("tools"), enable_thinking=thinking, tokenize=False, add_generation_prompt=False
     )
+    lost = lost_content(messages, full)
+    if lost:
+        raise ValueError(
+            f"the chat template renders no {'; '.join(lost)}: it would be lost in silence "
+            "(`cookbook data --data FILE` names the row and the fix)"
+        )
     spans = trained_spans(full)
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(s < end and e > start for start, end in spans)) for s, e in enc["offset_mapping"]]
@@ -402,6 +433,7 @@ __all__ = [
     "build_trainer",
     "init_lora_a_he_uniform",
     "load_recipe",
+    "lost_content",
     "read_rows",
     "row_conversation",
     "split_think",

@@ -31,16 +31,13 @@ from cookbook.serve._check import (  # noqa: F401
 )
 from cookbook.serve._cli import check_endpoint, register_bench_cli  # noqa: F401
 from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402, F401, I001
+from cookbook.serve._config import API_KEY_ENV, ServeConfig, ServeError  # noqa: F401
+from cookbook.serve._lora import load_lora_adapter, served_lora_rank  # noqa: F401
 from cookbook.serve._process import pid_alive  # noqa: F401
 from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401
-    API_KEY_ENV,
-    ServeConfig,
-    ServeError,
     VLLMServer,
     check_model_dir,
-    load_lora_adapter,
-    served_lora_rank,
     start_server,
     vllm_args,
 )

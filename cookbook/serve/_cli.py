@@ -16,7 +16,8 @@ from cookbook import core
 from cookbook.serve import _bench as bench
 from cookbook.serve import _bench_report as report
 from cookbook.serve import _tpu as serve_tpu
-from cookbook.serve._server import ServeConfig, ServeError, VLLMServer
+from cookbook.serve._config import ServeConfig, ServeError
+from cookbook.serve._server import VLLMServer
 
 
 def register_cli(sub) -> None:

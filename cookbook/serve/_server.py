@@ -33,56 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core, models
+from cookbook.serve._config import API_KEY_ENV, ENTRY_POINT, ServeConfig, ServeError  # noqa: F401
+from cookbook.serve._lora import (
+    _is_lora_dir,
+    _lora_rank,
+    check_lora_fits,
+    load_lora_adapter,
+    lora_args,
+    served_lora_rank,
+)
 from cookbook.serve._process import _descendants, pid_alive
 
-ENTRY_POINT = "vllm.entrypoints.openai.api_server"
-API_KEY_ENV = "VLLM_API_KEY"  # read by vLLM itself; never put on a command line (ps shows it)
 _LIVE: set[VLLMServer] = set()
-
-
-class ServeError(RuntimeError):
-    """The server could not be started (the message says why and what to do)."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ServeConfig:
-    """One vLLM server. The same object drives the local CPU server and the TPU command."""
-
-    model_dir: str  # a Hugging Face checkpoint directory (merged or base)
-    served_model_name: str = "model"
-    host: str = "127.0.0.1"  # anything else exposes the model; only on request
-    port: int | None = None  # None: a free port (local); 8000 in the TPU command
-    max_model_len: int = 1024
-    dtype: str | None = None  # None: the checkpoint's dtype (vLLM-CPU would pick bf16 for f32)
-    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, PEFT adapter dir); enables LoRA
-    max_lora_rank: int | None = None  # None: the largest adapter rank, rounded up to vLLM's set
-    max_loras: int = 2
-    # Adapters can be added while it runs (VLLMServer.load_lora_adapter; vLLM's runtime LoRA
-    # loading, VLLM_ALLOW_RUNTIME_LORA_UPDATING). Any client that reaches the port may then load an
-    # adapter from a path on this host: keep such a server on 127.0.0.1, behind an API key.
-    runtime_lora: bool = False
-    api_key_env: str | None = None  # name of an env var holding the key; None: no key
-    compile: bool = False  # CPU: torch.compile costs ~60 s of start-up on 2 cores
-    kv_cache_gib: int = 1  # CPU KV-cache space (VLLM_CPU_KVCACHE_SPACE)
-    cpu_threads_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND: "auto", "nobind" or "0-1"
-    cpu_reserved: int | None = None  # VLLM_CPU_NUM_OF_RESERVED_CPU (None: vLLM's default, 1)
-    max_num_seqs: int = 64
-    uni_executor: bool = True  # CPU: run the worker inside the engine process (one import fewer, ~35 s)
-    seed: int = 0
-    startup_timeout_s: float = 300.0
-    # vLLM's Gemma 4 parsers: the thought comes back as `reasoning`, apart from `content` (answers
-    # without a thought are all content); tool calls (<|tool_call>...) as `tool_calls`, on request.
-    reasoning_parser: str | None = "gemma4"
-    tool_parser: str | None = None  # "gemma4": --tool-call-parser gemma4 --enable-auto-tool-choice
-    extra_args: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------
 # Checks before starting anything
-def _is_lora_dir(path: Path) -> bool:
-    return (path / "adapter_config.json").is_file()
-
-
 def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, Any]:
     """Fail early, with the fix, on a directory vLLM would reject deep in its start-up."""
     path = Path(model_dir)
@@ -113,23 +79,6 @@ def check_model_dir(model_dir: str | Path, *, device: str = "cpu") -> dict[str, 
     return cfg
 
 
-def check_lora_fits(model_cfg: dict[str, Any], config: ServeConfig) -> None:
-    """Refuse ``--enable-lora`` where vLLM-CPU starts but dies at the first request.
-
-    vLLM-CPU 0.31 wraps an MoE layer (26B-A4B's experts) for LoRA with a Triton kernel that CPU
-    builds lack: the engine starts, then the first request kills it ("module 'triton.language'
-    has no attribute 'float32'"), whatever the adapter targets. Merged weights serve fine.
-    """
-    text = model_cfg.get("text_config") or model_cfg
-    if config.lora_modules and text.get("enable_moe_block") and not core.on_tpu_host():
-        raise ServeError(
-            f"{config.model_dir} has experts (MoE), and vLLM-CPU's LoRA on an MoE model dies at the "
-            "first request (a Triton kernel CPU builds lack): serve the merged checkpoint instead "
-            "(`cookbook merge --text-only`, or cookbook.merge.ensure_merged(run_dir, text_only=True)) "
-            "without --lora / lora_modules"
-        )
-
-
 def check_port_free(host: str, port: int) -> None:
     """Raise :class:`ServeError` if ``host:port`` cannot be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -146,46 +95,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _lora_rank(adapter_dir: str) -> int:
-    path = Path(adapter_dir)
-    if not _is_lora_dir(path):
-        raise ServeError(
-            f"LoRA module dir {adapter_dir!r} has no adapter_config.json; export it with "
-            "cookbook.merge.ensure_peft(run_dir)"
-        )
-    return int(json.loads((path / "adapter_config.json").read_text())["r"])
-
-
-_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
-def served_lora_rank(config: ServeConfig) -> int:
-    """The ``--max-lora-rank`` a server with ``config`` starts with: ``config.max_lora_rank`` when
-    given, else the largest adapter's rank, rounded up to a rank vLLM accepts."""
-    if not (config.max_lora_rank or config.lora_modules):
-        raise ServeError(
-            "runtime_lora=True with no adapters at start: give max_lora_rank, the largest rank to be loaded"
-        )
-    rank = config.max_lora_rank or max(_lora_rank(d) for _, d in config.lora_modules)
-    return next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
-
-
-def lora_args(config: ServeConfig, adapter_paths: list[str]) -> list[str]:
-    """vLLM's LoRA flags for ``config.lora_modules``, served from ``adapter_paths`` (one per
-    module: the host's dirs on CPU, the container's mounts on TPU); with ``runtime_lora`` LoRA is
-    on even with no adapter at start.
-
-    ``--max-lora-rank`` is :func:`served_lora_rank`.
-    """
-    if not (config.lora_modules or config.runtime_lora):
-        return []
-    args = ["--enable-lora", "--max-lora-rank", str(served_lora_rank(config)), "--max-loras", str(config.max_loras)]
-    if config.lora_modules:
-        names = [n for n, _ in config.lora_modules]
-        args += ["--lora-modules", *(f"{n}={p}" for n, p in zip(names, adapter_paths, strict=True))]
-    return args
 
 
 def vllm_args(config: ServeConfig, *, port: int, model_path: str | None = None, for_tpu: bool = False) -> list[str]:
@@ -447,24 +356,6 @@ class VLLMServer:
     def __repr__(self) -> str:
         state = f"running at {self.base_url}" if self.process else "stopped"
         return f"VLLMServer({self.config.served_model_name!r}, {state})"
-
-
-def load_lora_adapter(base_url: str, name: str, adapter_dir: str | Path, *, api_key: str | None = None) -> None:
-    """POST ``/v1/load_lora_adapter`` to a vLLM server started with runtime LoRA loading (``base_url``
-    ends in ``/v1``): the adapter at ``adapter_dir`` (a path on the server's host) is served as model
-    ``name``. Raises :class:`ServeError` with vLLM's reason when it refuses.
-    :meth:`VLLMServer.load_lora_adapter` checks the adapter first."""
-    body = json.dumps({"lora_name": name, "lora_path": str(adapter_dir)}).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(f"{base_url}/load_lora_adapter", data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=300) as r:
-            r.read()
-    except urllib.error.HTTPError as e:
-        reason = e.read().decode(errors="replace")[:2000]
-        raise ServeError(f"vLLM refused adapter {name!r} from {adapter_dir} (HTTP {e.code}): {reason}") from None
 
 
 @atexit.register

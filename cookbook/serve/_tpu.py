@@ -16,7 +16,9 @@ import shlex
 from pathlib import Path
 
 from cookbook import core, models
-from cookbook.serve._server import API_KEY_ENV, ServeConfig, lora_args, vllm_args
+from cookbook.serve._config import API_KEY_ENV, ServeConfig
+from cookbook.serve._lora import lora_args
+from cookbook.serve._server import vllm_args
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

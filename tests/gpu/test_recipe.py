@@ -289,11 +289,20 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     ]})  # fmt: skip
     rows.append({"prompt": "Say hi.", "completion": "hi"})
     rows += THINKING_AND_TOOL_ROWS
+    refused = 0
     for n, row in enumerate(rows, 1):
-        ids, mask = data.tokenize_chat(tok, row)
+        try:
+            ids, mask = data.tokenize_chat(tok, row)
+        except data.RowError as e:  # the template would drop part of it: refused on both sides
+            assert "thought" in str(e)
+            with pytest.raises(ValueError, match=r"renders no message \d+ \(assistant\) thought"):
+                train_gpu.tokenize_row(tok, train_gpu.row_conversation(row, n))
+            refused += 1
+            continue
         got = train_gpu.tokenize_row(tok, train_gpu.row_conversation(row, n))
         assert got["input_ids"] == ids.tolist()
         assert got["completion_mask"] == mask.tolist()
+    assert refused == 1  # the ShareGPT row whose first answer thinks: the template drops that thought
     # Trained tokens end on <turn|>, never on the newline the template writes after it.
     last = max(i for i, m in enumerate(got["completion_mask"]) if m)
     assert got["input_ids"][last] == tok.convert_tokens_to_ids("<turn|>")
