@@ -98,7 +98,9 @@ def tensorboardx_without_torch() -> bool:
     notebook kernel, a planner). ``torch`` is hidden from that one import (``sys.modules``
     entry None: ``import torch`` raises ImportError), then restored: a later ``import torch``
     loads it as usual. Imports nothing when tensorboardX or torch is already loaded, or
-    tensorboardX is not installed. Returns True when it imported tensorboardX so.
+    tensorboardX is not installed; an import that fails is undone (Tunix's own import then says
+    why, where it is needed: every entry point calls this). Returns True when it imported
+    tensorboardX so.
 
     Checked with tensorboardX 2.6.5: its import then loads only numpy, protobuf and the
     standard library, none of which caches whether torch exists.
@@ -113,6 +115,10 @@ def tensorboardx_without_torch() -> bool:
     sys.modules["torch"] = None  # type: ignore[assignment]
     try:
         import tensorboardX  # noqa: F401
+    except Exception:  # a broken install: left for Tunix's own import to report where it is used
+        for name in [m for m in sys.modules if m == "tensorboardX" or m.startswith("tensorboardX.")]:
+            del sys.modules[name]
+        return False
     finally:
         if sys.modules.get("torch", 0) is None:
             del sys.modules["torch"]

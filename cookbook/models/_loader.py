@@ -247,7 +247,7 @@ def map_checkpoint_shapes(
 
     Each tensor goes through Tunix's name map and transforms (permute, reshape) and the
     preprocessing :func:`load_tunix_model` runs (K/V stacking, zeros for the KV-shared layers'
-    unused K/V), on zero-stride arrays that hold no memory.
+    unused K/V), on zero-stride arrays: only the stacked K/V, a layer's worth each, take memory.
 
     Returns:
       ``(params, skipped)``: the Tunix parameter (state-dict name) -> shape it would be given,

@@ -384,3 +384,22 @@ def test_tunix_metrics_logger_loads_without_torch_and_still_writes_events(tmp_pa
         [sys.executable, "-c", _TENSORBOARDX_CHILD, str(tmp_path / "tb")], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_a_broken_tensorboardx_is_left_for_tunix_to_report(tmp_path):
+    """setup_runtime_env runs in every entry point: a tensorboardX that fails to import must not
+    stop `cookbook cost`; the failed import is undone so Tunix's own import says why."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "tensorboardX"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise RuntimeError('broken tensorboardX')\n")
+    child = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from cookbook import core; "
+        "assert core.compat.tensorboardx_without_torch() is False; "
+        "assert 'tensorboardX' not in sys.modules and 'torch' not in sys.modules; core.setup_runtime_env(); "
+        "exec('try:\\n import tensorboardX\\nexcept RuntimeError as e:\\n print(\"said:\", e)')"
+    )
+    out = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "said: broken tensorboardX" in out.stdout, out.stderr[-2000:]
