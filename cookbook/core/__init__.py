@@ -73,6 +73,7 @@ from cookbook.core._runtime import (  # noqa: F401
     libtpu_first_load_quiet,
     on_tpu_host,
     prune_compile_cache,
+    prune_oldest,
     setup_runtime_env,
     to_jsonable,
 )

@@ -10,7 +10,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +75,20 @@ CPU_GLIBC_TUNABLES = "glibc.malloc.hugetlb=1"
 _JAX_CACHE_SUFFIX = "-cache"  # jax._src.lru_cache's file names: <key>-cache (and <key>-atime)
 
 
-def prune_compile_cache(directory: str | Path, max_bytes: int = COMPILE_CACHE_MAX_BYTES) -> int:
-    """Remove the oldest-written entries of JAX's compilation cache in ``directory`` until what is
-    left holds at most 80% of ``max_bytes`` (nothing when it holds no more than ``max_bytes``).
-    Returns the bytes removed. One pass over the entries; an entry another process is reading
-    when it goes costs that process a compile (JAX treats a failed read as a miss)."""
+def prune_oldest(
+    directory: str | Path,
+    pattern: str,
+    max_bytes: int,
+    *,
+    down_to: float = 1.0,
+    siblings: Callable[[Path], Iterable[Path]] = lambda path: (),
+) -> int:
+    """Remove the files matching ``pattern`` in ``directory``, oldest modified first, until what is
+    left holds at most ``down_to * max_bytes`` (nothing when it holds no more than ``max_bytes``),
+    each with its ``siblings``. Returns the bytes removed. One pass over the entries; a file another
+    process is reading when it goes costs that reader a miss."""
     entries = []
-    for path in Path(directory).glob(f"*{_JAX_CACHE_SUFFIX}"):
+    for path in Path(directory).glob(pattern):
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -92,12 +99,25 @@ def prune_compile_cache(directory: str | Path, max_bytes: int = COMPILE_CACHE_MA
         return 0
     removed = 0
     for _, size, path in sorted(entries):
-        if total - removed <= 0.8 * max_bytes:
+        if total - removed <= down_to * max_bytes:
             break
-        for stale in (path, path.with_name(path.name.removesuffix(_JAX_CACHE_SUFFIX) + "-atime")):
+        for stale in (path, *siblings(path)):
             stale.unlink(missing_ok=True)
         removed += size
     return removed
+
+
+def prune_compile_cache(directory: str | Path, max_bytes: int = COMPILE_CACHE_MAX_BYTES) -> int:
+    """Remove the oldest-written entries of JAX's compilation cache in ``directory`` until what is
+    left holds at most 80% of ``max_bytes`` (nothing when it holds no more than ``max_bytes``).
+    Returns the bytes removed (JAX treats an entry removed while read as a miss)."""
+    return prune_oldest(
+        directory,
+        f"*{_JAX_CACHE_SUFFIX}",
+        max_bytes,
+        down_to=0.8,
+        siblings=lambda path: [path.with_name(path.name.removesuffix(_JAX_CACHE_SUFFIX) + "-atime")],
+    )
 
 
 def setup_runtime_env() -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from cookbook.core import cache_root
+from cookbook.core import cache_root, prune_oldest
 
 # Rows and their per-row outcome: (token ids, loss mask), or the reason the template refused it.
 Tokenised = list[tuple[np.ndarray, np.ndarray] | str | None]
@@ -173,27 +173,7 @@ def store(key: str, tokenised: Tokenised) -> None:
         os.replace(tmp, directory / f"{key}.npz")
     finally:
         tmp.unlink(missing_ok=True)
-    prune(directory, int(os.environ.get("COOKBOOK_TOKEN_CACHE_BYTES", DEFAULT_MAX_BYTES)))
-
-
-def prune(directory: Path, max_bytes: int) -> int:
-    """Remove the least recently used entries until the rest hold at most ``max_bytes``;
-    returns the bytes removed."""
-    entries = []
-    for path in directory.glob("*.npz"):
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            continue
-        entries.append((st.st_mtime, st.st_size, path))
-    total = sum(size for _, size, _ in entries)
-    removed = 0
-    for _, size, path in sorted(entries):
-        if total - removed <= max_bytes:
-            break
-        path.unlink(missing_ok=True)
-        removed += size
-    return removed
+    prune_oldest(directory, "*.npz", int(os.environ.get("COOKBOOK_TOKEN_CACHE_BYTES", DEFAULT_MAX_BYTES)))
 
 
 def tokenised_rows(
