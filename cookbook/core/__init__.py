@@ -52,12 +52,14 @@ from cookbook.core._hardware import (  # noqa: F401
 from cookbook.core._numerics import (  # noqa: F401
     CONTROL_SEPARATION,
     PARITY_FACTOR,
+    REFERENCE_TORCH_THREADS,
     Float32Floor,
     check_separated,
     compare,
     float32_floor,
     merge_floors,
     summation_bound,
+    torch_threads,
 )
 from cookbook.core._runtime import (  # noqa: F401
     COMPILE_CACHE_MAX_BYTES,

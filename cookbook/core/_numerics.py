@@ -24,10 +24,15 @@ Written here because no library offers it: numpy's ``allclose`` wants the tolera
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+# torch's intra-op threads for a reference computation (see torch_threads).
+REFERENCE_TORCH_THREADS = 1
 
 # 2 for two float32 implementations each within the floor of the exact value, x2 margin.
 PARITY_FACTOR = 4.0
@@ -122,3 +127,30 @@ def summation_bound(n_terms: int, sum_abs: float, dtype: Any = np.float32) -> fl
     device mesh may add in any order.
     """
     return float(n_terms) * float(np.finfo(dtype).eps) * float(sum_abs)  # in float64, whatever dtype
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None = REFERENCE_TORCH_THREADS) -> Iterator[None]:
+    """Run torch's CPU kernels on ``threads`` intra-op threads inside the block (None: as they are).
+
+    A reference must give the same numbers in every process, or the floor measured from it
+    moves. With two threads it does not: transformers' float32 logits of the ``tiny_e2b``
+    twin (128 tokens, torch 2.13 CPU, this 2-core machine) came out three ways across fresh
+    processes, 1.05e-4, 7.4e-4 or 1.83e-2 from its float64 logits (about one process in
+    four off the first; the first divergence is inside layer 0's attention), and a 1.83e-2
+    floor put the parity check's swapped-norm control at 3.9 bounds instead of ~700 (a CI
+    failure). On one thread, 14 of 14 processes gave the same logits, 1.05e-4 from float64 (and
+    12 of 12 pinned to one core with ``taskset``).
+    Float64 was the same in every process either way.
+    """
+    if threads is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from cookbook import fit, models
+from cookbook import core, fit, models
 from cookbook import lora as lora_lib
 from cookbook.gpu import _recipe as gpu_baseline
 from cookbook.gpu._parity_parts import (
@@ -104,15 +104,8 @@ class ParityResult:
 
 def run_parity(**kwargs: Any) -> ParityResult:
     """:func:`_run_parity` with torch on one thread (see ``torch_threads``)."""
-    import torch
-
-    threads = kwargs.pop("torch_threads", 1)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with core.torch_threads(kwargs.pop("torch_threads", core.REFERENCE_TORCH_THREADS)):
         return _run_parity(**kwargs)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run_parity(
@@ -136,9 +129,9 @@ def _run_parity(
         already goes through every mapped LoRA tensor.
       control_rel_noise: relative noise on the LoRA weights of the Tunix-vs-Tunix control.
       work_dir: where the recipe is written (default: a temporary directory).
-      torch_threads: (``run_parity`` only) torch intra-op threads. One, by default: the
-        model is tiny, and on a busy 2-core machine two spinning OpenMP threads made
-        transformers' steps ~10x slower.
+      torch_threads: (``run_parity`` only) torch intra-op threads. One, by default: with two,
+        transformers' float32 results differ between processes (:func:`cookbook.core.torch_threads`),
+        and on a busy 2-core machine two spinning OpenMP threads made its steps ~10x slower.
     """
 
     import jax

@@ -225,7 +225,7 @@ def _hf_logits_here(model_dir: str, tokens: np.ndarray, adapter_dir: str | None,
                 "has no module. Export the adapter with the layout of this base."
             )
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), core.torch_threads():  # a reproducible reference (core.torch_threads)
         ids = torch.as_tensor(tokens)
         return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.numpy()
 

@@ -41,8 +41,14 @@ def tunix_logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
         return np.asarray(forward(model, jnp.asarray(tokens), positions, mask))
 
 
-def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "float32") -> np.ndarray:
-    """Logits from transformers (in ``dtype``: float32, or float64 for a noise floor)."""
+def transformers_logits(
+    ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "float32", *, threads: int | None = None
+) -> np.ndarray:
+    """Logits from transformers (in ``dtype``: float32, or float64 for a noise floor).
+
+    ``threads``: torch's intra-op threads (default :data:`cookbook.core.REFERENCE_TORCH_THREADS`,
+    one: with more, the float32 logits differ between processes; see :func:`cookbook.core.torch_threads`).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -52,7 +58,7 @@ def transformers_logits(ckpt_dir: str | Path, tokens: np.ndarray, dtype: str = "
     # eager loop computes the same function in any dtype.
     kwargs = {"experts_implementation": "eager"} if dtype == "float64" else {}
     model = AutoModelForCausalLM.from_pretrained(ckpt_dir, dtype=getattr(torch, dtype), **kwargs).eval()
-    with torch.no_grad():
+    with torch.no_grad(), core.torch_threads(core.REFERENCE_TORCH_THREADS if threads is None else threads):
         # a copy: tokens may be a read-only view (a JAX array's host buffer), which torch warns about
         return model(input_ids=torch.tensor(np.asarray(tokens))).logits.numpy()
 

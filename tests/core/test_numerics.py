@@ -177,3 +177,48 @@ def test_summation_bound_is_computed_in_float64_for_any_dtype():
 
     # float16's own arithmetic would overflow to inf here; the bound is a float64 quantity.
     assert core.summation_bound(10**4, 1e4, np.float16) == pytest.approx(10**4 * 2.0**-10 * 1e4)
+
+
+def test_torch_threads_holds_the_count_inside_and_restores_it_after_an_error():
+    import torch
+
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    seen = []
+    with pytest.raises(RuntimeError, match="inside"):
+        with core.torch_threads(other):
+            seen.append(torch.get_num_threads())
+            raise RuntimeError("inside")
+    assert seen == [other] and torch.get_num_threads() == before
+    with core.torch_threads(None):  # None leaves torch as it is
+        assert torch.get_num_threads() == before
+
+
+def test_transformers_reference_runs_on_the_reference_thread_count(monkeypatch):
+    """The reference logits are computed on core.REFERENCE_TORCH_THREADS threads, whatever the
+    process had: with two, transformers' float32 logits of tiny_e2b differed between processes
+    by up to 1.8e-2 (core.torch_threads), and a floor measured from them moved with it."""
+    import torch
+
+    from cookbook import models
+    from cookbook.models import _parity as parity
+
+    counts = []
+    forward = torch.nn.Module.__call__
+
+    def counting_call(self, *args, **kwargs):
+        if not counts or counts[-1] != torch.get_num_threads():
+            counts.append(torch.get_num_threads())
+        return forward(self, *args, **kwargs)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(torch.nn.Module, "__call__", counting_call)
+        ckpt = models.ensure_base("tiny", seed=0)
+        tokens = parity.random_text_tokens(models.get_preset("tiny"), 1, 8)
+        parity.transformers_logits(ckpt, tokens)
+        monkeypatch.undo()
+        assert counts == [core.REFERENCE_TORCH_THREADS] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -275,7 +275,7 @@ def _peft_logits(base_dir, adapter_dir, tokens, dtype):
     hf = AutoModelForCausalLM.from_pretrained(base_dir, dtype=getattr(torch, dtype), **kwargs)
     model = PeftModel.from_pretrained(hf, adapter_dir) if adapter_dir is not None else hf
     model = model.to(getattr(torch, dtype)).eval()
-    with torch.no_grad():
+    with torch.no_grad(), core.torch_threads():  # a reference that is the same in every process
         return model(input_ids=torch.as_tensor(tokens)).logits.numpy()
 
 

@@ -25,7 +25,7 @@ def _logits_both(ckpt, mesh, tokens):
     config = json.loads((ckpt / "config.json").read_text())
     cls = Gemma4ForConditionalGeneration if "text_config" in config else AutoModelForCausalLM
     hf = cls.from_pretrained(ckpt, dtype=torch.float32).eval()
-    with torch.no_grad():
+    with torch.no_grad(), core.torch_threads():  # a reference that is the same in every process
         ref = hf(input_ids=torch.tensor(tokens)).logits.numpy()
         ref64 = hf.double()(input_ids=torch.tensor(tokens)).logits.numpy()
     return model, ours, ref, core.float32_floor(ref, ref64)
