@@ -63,6 +63,7 @@ from cookbook.data._sample_task import (  # noqa: F401
 from cookbook.data._tokenize import (  # noqa: F401
     TEMPLATE_REVISIONS,
     Example,
+    as_served,
     load_tokenizer,
     lost_content,
     prepare_examples,

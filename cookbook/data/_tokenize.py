@@ -11,6 +11,7 @@ template, which has no generation markers; TRL's ``assistant_only_loss`` sums to
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,49 @@ def tokenize_chat(
     conversation = to_conversation(row, data_format, columns)
     text = render(tokenizer, conversation)
     _check_nothing_lost(tokenizer, conversation, text)
-    return _encode(tokenizer, text, trained_spans(text))
+    text, spans = as_served(tokenizer, conversation, text)
+    return _encode(tokenizer, text, spans)
+
+
+def as_served(tokenizer, conversation: Conversation, text: str) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered row with its last answer after the generation prompt a server sends, and the
+    spans trained (:func:`trained_spans`, less what that prompt adds).
+
+    Gemma 4's 12B, 26B-A4B and 31B templates end the generation prompt, with thinking off, with an
+    empty thought block (``<|turn>model\\n<|channel>thought\\n<channel|>``); E2B/E4B's end at
+    ``<|turn>model\\n``. A finished conversation renders no such block, so trained as rendered, the
+    model would learn to answer after a prompt it is never served. Here, where the generation
+    prompt for the turns before the last answer is not where the rendered row goes on, what it
+    adds after the model turn's opener is put in front of the answer, untrained: the row's tokens
+    then start with exactly the prompt's (``tests/data/test_generation_prompt.py``). A template
+    whose prompt differs from the row in any other way is refused (RowError): training would not
+    see what serving sends. The earlier answers of a multi-turn row stay as the history renders.
+    """
+    spans = trained_spans(text)
+    messages = conversation.messages
+    last_prompt = max((i for i, m in enumerate(messages) if m["role"] != "assistant"), default=-1)
+    if last_prompt < 0 or last_prompt == len(messages) - 1:
+        return text, spans
+    served = render(tokenizer, conversation, True, messages[: last_prompt + 1])
+    if text.startswith(served):
+        return text, spans
+    at = served.rfind(MODEL_TURN) + len(MODEL_TURN)  # the served prompt's model-turn opener ends here
+    added = served[at:]
+    if at < len(MODEL_TURN) or not text.startswith(served[:at]):
+        at = len(os.path.commonprefix([served, text]))
+        raise RowError(
+            f"the chat template ({template_revision(tokenizer)}) opens the answer for serving with "
+            f"{served[max(0, at - 40) :]!r} but renders the row with {text[max(0, at - 40) : at + 40]!r}: "
+            "the model would be trained on a prompt it is never served. Fix: use the checkpoint's own "
+            "template, unedited, or Gemma 4's current one (cookbook.models.CHAT_TEMPLATE_FILE)"
+        )
+    text = text[:at] + added + text[at:]
+    shifted = []
+    for a, b in spans:
+        if a >= at:
+            a, b = a + len(added), b + len(added)
+        shifted.append((a, b))
+    return text, shifted
 
 
 def _encode(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

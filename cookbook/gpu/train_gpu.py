@@ -221,9 +221,14 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
     refuses it: training would drop that part in silence."""
     messages = conversation["messages"]
     thinking = any(m.get("reasoning_content") for m in messages)
-    full = tokenizer.apply_chat_template(
-        messages, tools=conversation.get("tools"), enable_thinking=thinking, tokenize=False, add_generation_prompt=False
-    )
+
+    def render(msgs: list[dict[str, Any]], prompt: bool) -> str:
+        tools = conversation.get("tools")
+        return tokenizer.apply_chat_template(
+            msgs, tools=tools, enable_thinking=thinking, tokenize=False, add_generation_prompt=prompt
+        )
+
+    full = render(messages, False)
     lost = lost_content(messages, full)
     if lost:
         raise ValueError(
@@ -231,6 +236,17 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
             "(`cookbook data --data FILE` names the row and the fix)"
         )
     spans = trained_spans(full)
+    # The last answer follows the whole generation prompt a server sends: 12B/26B/31B templates
+    # add an empty thought block to it with thinking off, untrained (cookbook.data.as_served).
+    last_prompt = max((i for i, m in enumerate(messages) if m["role"] != "assistant"), default=-1)
+    if 0 <= last_prompt < len(messages) - 1:
+        served = render(messages[: last_prompt + 1], True)
+        at = served.rfind(MODEL_TURN) + len(MODEL_TURN)
+        if not full.startswith(served):
+            if at < len(MODEL_TURN) or not full.startswith(served[:at]):
+                raise ValueError("the chat template's generation prompt is not where the row's answer starts")
+            full = full[:at] + served[at:] + full[at:]
+            spans = [(a + len(served) - at, b + len(served) - at) if a >= at else (a, b) for a, b in spans]
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(s < end and e > start for start, end in spans)) for s, e in enc["offset_mapping"]]
     return {"input_ids": list(enc["input_ids"]), "completion_mask": mask}

@@ -10,58 +10,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from chat_rows import ROWS
 
 from cookbook import data
 from cookbook.data import _tokenize
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
-CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
-ROWS = {
-    "plain": {"messages": [{"role": "user", "content": "Add two bits."}, {"role": "assistant", "content": "a ^ b"}]},
-    "system": {
-        "messages": [
-            {"role": "system", "content": "You write Verilog."},
-            {"role": "user", "content": "Add two bits."},
-            {"role": "assistant", "content": "a ^ b"},
-        ]
-    },
-    "thinking": {
-        "messages": [
-            {"role": "user", "content": "Add two bits."},
-            {"role": "assistant", "content": "a ^ b", "reasoning_content": "The sum bit is the XOR."},
-        ]
-    },
-    "multi-turn thinking": {
-        "messages": [
-            {"role": "user", "content": "Add two bits."},
-            {"role": "assistant", "content": "a ^ b", "reasoning_content": "The sum bit is the XOR."},
-            {"role": "user", "content": "And the carry?"},
-            {"role": "assistant", "content": "a & b", "reasoning_content": "The carry is the AND."},
-        ]
-    },
-    "tool call": {
-        "tools": TOOLS,
-        "messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "tool_calls": [CALL]}],
-    },
-    "tool response": {
-        "tools": TOOLS,
-        "messages": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "tool_calls": [CALL]},
-            {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny, 21 C"},
-            {"role": "assistant", "content": "It is sunny in Paris."},
-        ],
-    },
-}
 REVISIONS = ["gemma4", "gemma4_v2", "gemma4_v3", "gemma4_v4", "gemma4_v5"]
 # What each revision does with each kind: kept, or refused with this fix.
 NO_THOUGHTS = "this revision renders no thoughts"
