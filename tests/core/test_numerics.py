@@ -179,6 +179,7 @@ def test_summation_bound_is_computed_in_float64_for_any_dtype():
     assert core.summation_bound(10**4, 1e4, np.float16) == pytest.approx(10**4 * 2.0**-10 * 1e4)
 
 
+@pytest.mark.torch  # the TPU-host environment has no torch
 def test_torch_threads_holds_the_count_inside_and_restores_it_after_an_error():
     import torch
 
@@ -194,6 +195,7 @@ def test_torch_threads_holds_the_count_inside_and_restores_it_after_an_error():
         assert torch.get_num_threads() == before
 
 
+@pytest.mark.torch  # the TPU-host environment has no torch
 def test_transformers_reference_runs_on_the_reference_thread_count(monkeypatch):
     """The reference logits are computed on core.REFERENCE_TORCH_THREADS threads, whatever the
     process had: with two, transformers' float32 logits of tiny_e2b differed between processes
