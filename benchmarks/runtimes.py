@@ -87,6 +87,18 @@ def row_of(preset: str, slice_name: str, res, source: str, tried: list[int] | No
         "bases_tried": sorted({r.plan_config.quantize or "bf16" for r in res.reports.values()}),
         "source": source,
     }
+    died = {k: r for k, r in res.reports.items() if "the compile process died" in (r.error or "")}
+    if name is None and died:
+        # A compile this host could not finish (killed for its 24 GiB of RAM) decides nothing: the
+        # cell is open, not a misfit, whatever the other layouts said.
+        row.update(
+            compiled=False,
+            fits=None,
+            why=f"{', '.join(sorted(died))}: the compile process died on this host (killed for memory) at "
+            f"{sorted({r.plan_config.seq_len for r in died.values()})} tokens; every layout: {res.rejected()}. "
+            "Compile it on a host with more memory",
+        )
+        return row
     if name is None:
         smallest = min(compiled, key=lambda r: r.total_bytes, default=None)
         why = res.rejected() or "not compiled"
