@@ -244,8 +244,8 @@ def as_served(tokenizer, conversation: Conversation, text: str) -> tuple[str, li
     spans = trained_spans(text)
     messages = conversation.messages
     last_prompt = max((i for i, m in enumerate(messages) if m["role"] != "assistant"), default=-1)
-    if last_prompt < 0 or last_prompt == len(messages) - 1:
-        return text, spans
+    if last_prompt < 0 or last_prompt == len(messages) - 1 or messages[last_prompt]["role"] == "tool":
+        return text, spans  # after a tool response the model's own turn goes on: no opener to serve
     served = render(tokenizer, conversation, True, messages[: last_prompt + 1])
     if text.startswith(served):
         return text, spans

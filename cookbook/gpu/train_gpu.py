@@ -239,7 +239,7 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
     # The last answer follows the whole generation prompt a server sends: 12B/26B/31B templates
     # add an empty thought block to it with thinking off, untrained (cookbook.data.as_served).
     last_prompt = max((i for i, m in enumerate(messages) if m["role"] != "assistant"), default=-1)
-    if 0 <= last_prompt < len(messages) - 1:
+    if 0 <= last_prompt < len(messages) - 1 and messages[last_prompt]["role"] != "tool":
         served = render(messages[: last_prompt + 1], True)
         at = served.rfind(MODEL_TURN) + len(MODEL_TURN)
         if not full.startswith(served):

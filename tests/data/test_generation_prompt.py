@@ -91,3 +91,23 @@ def test_the_gpu_recipe_tokenises_each_row_as_the_tpu_pipeline_on_the_big_templa
     ids, mask = data.tokenize_chat(tok, ROWS[kind])
     got = train_gpu.tokenize_row(tok, ROWS[kind])
     assert got["input_ids"] == ids.tolist() and got["completion_mask"] == mask.tolist()
+
+
+def test_after_a_tool_response_with_thinking_on_the_row_is_trained_as_rendered(tokenizers):
+    """Notebook 05's row kind: a thought, a tool call, its response, then the answer. Served after a
+    tool response, the generation prompt opens a thought (thinking on) inside the model's own turn,
+    not a new turn: nothing is inserted, and the tool call is trained (make demo caught the miss)."""
+    row = {
+        "tools": ROWS["tool response"]["tools"],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {**ROWS["tool response"]["messages"][1], "reasoning_content": "Ask the weather tool."},
+            *ROWS["tool response"]["messages"][2:],
+        ],
+    }
+    for tok in tokenizers.values():
+        conv = data.to_conversation(row)
+        text = data.render(tok, conv)
+        assert data.as_served(tok, conv, text) == (text, data.trained_spans(text))
+        ids, mask = data.tokenize_chat(tok, row)
+        assert "<|tool_call>call:get_weather" in tok.decode(ids[mask == 1])
