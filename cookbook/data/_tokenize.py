@@ -259,13 +259,8 @@ def as_served(tokenizer, conversation: Conversation, text: str) -> tuple[str, li
             "the model would be trained on a prompt it is never served. Fix: use the checkpoint's own "
             "template, unedited, or Gemma 4's current one (cookbook.models.CHAT_TEMPLATE_FILE)"
         )
-    text = text[:at] + added + text[at:]
-    shifted = []
-    for a, b in spans:
-        if a >= at:
-            a, b = a + len(added), b + len(added)
-        shifted.append((a, b))
-    return text, shifted
+    shift = len(added)
+    return text[:at] + added + text[at:], [(a + shift, b + shift) if a >= at else (a, b) for a, b in spans]
 
 
 def _encode(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cookbook import core, models
 from cookbook import data as data_lib
-from cookbook import models
 from cookbook.evaluate._problems import Problem
 
 
@@ -332,11 +332,8 @@ def transformers_samples(
         pad_token_id=models.SPECIAL_TOKEN_IDS["<pad>"],
     )
     completions, seeds = {}, {}
-    threads = torch.get_num_threads()
     t0 = time.perf_counter()
-    try:
-        if num_threads:
-            torch.set_num_threads(num_threads)
+    with core.torch_threads(num_threads or None):
         with torch.inference_mode():
             for i, p in enumerate(problems):
                 ids = torch.tensor([prompt_token_ids(tokenizer, p, system, thinking=thinking)])
@@ -348,8 +345,6 @@ def transformers_samples(
                 seeds[p.name] = [sampling.seed + i] * sampling.n
                 if on_done is not None:
                     on_done(sampling.n)
-    finally:
-        torch.set_num_threads(threads)
     return Generation(
         completions=completions,
         seeds=seeds,

@@ -221,14 +221,8 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
     refuses it: training would drop that part in silence."""
     messages = conversation["messages"]
     thinking = any(m.get("reasoning_content") for m in messages)
-
-    def render(msgs: list[dict[str, Any]], prompt: bool) -> str:
-        tools = conversation.get("tools")
-        return tokenizer.apply_chat_template(
-            msgs, tools=tools, enable_thinking=thinking, tokenize=False, add_generation_prompt=prompt
-        )
-
-    full = render(messages, False)
+    kwargs = {"tools": conversation.get("tools"), "enable_thinking": thinking, "tokenize": False}
+    full = tokenizer.apply_chat_template(messages, add_generation_prompt=False, **kwargs)
     lost = lost_content(messages, full)
     if lost:
         raise ValueError(
@@ -240,7 +234,7 @@ def tokenize_row(tokenizer, conversation: dict[str, Any]) -> dict[str, list[int]
     # add an empty thought block to it with thinking off, untrained (cookbook.data.as_served).
     last_prompt = max((i for i, m in enumerate(messages) if m["role"] != "assistant"), default=-1)
     if 0 <= last_prompt < len(messages) - 1 and messages[last_prompt]["role"] != "tool":
-        served = render(messages[: last_prompt + 1], True)
+        served = tokenizer.apply_chat_template(messages[: last_prompt + 1], add_generation_prompt=True, **kwargs)
         at = served.rfind(MODEL_TURN) + len(MODEL_TURN)
         if not full.startswith(served):
             if at < len(MODEL_TURN) or not full.startswith(served[:at]):

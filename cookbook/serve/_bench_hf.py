@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from cookbook import core
 from cookbook.serve._bench import RequestResult, summarize
 
 
@@ -53,11 +54,8 @@ def hf_generate_point(
     import torch
     from transformers import LogitsProcessorList
 
-    old_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
     results: list[RequestResult] = []
-    try:
+    with core.torch_threads(threads or None):
         t0 = time.perf_counter()
         for i in range(0, len(prompts), concurrency):
             batch = prompts[i : i + concurrency]
@@ -89,6 +87,4 @@ def hf_generate_point(
                     )
                 )
         duration = time.perf_counter() - t0
-    finally:
-        torch.set_num_threads(old_threads)
     return summarize(results, duration, label=label, concurrency=concurrency, request_rate=None, output_len=output_len)
