@@ -15,11 +15,8 @@ vLLM server; a session fixture's cost is in the setup of the first test that ask
 main job (``make demo`` and the browser test of its report: :data:`DEMO`), the TPU-host pass
 (:data:`TPU_HOST`) ends one of them, and files that share a session fixture in memory stay
 together (:data:`TOGETHER`); then every group goes, longest first, to the stream that ends
-sooner (LPT). The groups that use the runs the main job trains (:data:`AFTER_DEMO`) are costed
-at their CPU seconds and run last in their stream: run at the start, they trained or
-waited for the very runs the demo was training beside them (2026-12-05, fresh clone: the thinking
-run's test sat 284 s of wall on 13 CPU-seconds). A test file the profile does not know yet counts
-as the median file. Every test file under tests/ is in exactly one stream.
+sooner (LPT). A test file the profile does not know yet counts as the median file. Every test
+file under tests/ is in exactly one stream.
 """
 
 from __future__ import annotations
@@ -35,8 +32,6 @@ REPO = Path(__file__).resolve().parent.parent
 # The main job: make demo on the suite's cache, and its report in a browser (one fixture).
 DEMO = ("tests/harness/test_make_demo.py", "tests/harness/test_browser.py")
 TPU_HOST = "tpu-host"  # scripts/run_tests.sh's pass in .venv-tpuhost, named by its profile stream
-# Files whose tests reuse what make demo trains (the shared plain and thinking runs, userenv): last.
-AFTER_DEMO = ("tests/evaluate/test_generators.py",)
 # Files whose tests share a session fixture held in memory: split, each process would rebuild it.
 TOGETHER = (
     # one vLLM server (tests/vllm_fixture.py) and Tunix's greedy samples of the shared tiny runs
@@ -89,8 +84,7 @@ def split(profile: list[dict], files: list[str] | None = None) -> tuple[list[str
     wall: dict[str, float] = {}
     for row in profile:  # the TPU-host pass's rows name .venv's files too: they add up to one entry
         key = TPU_HOST if row["stream"] == TPU_HOST else row["file"]
-        cost = row.get("cpu_s", row["wall_s"]) if key in AFTER_DEMO else row["wall_s"]
-        wall[key] = wall.get(key, 0.0) + cost
+        wall[key] = wall.get(key, 0.0) + row["wall_s"]
     known = [wall[f] for f in files if f in wall]
     default = statistics.median(known) if known else 1.0
     groups = [tuple(f for f in g if f in files) for g in TOGETHER]
@@ -101,13 +95,10 @@ def split(profile: list[dict], files: list[str] | None = None) -> tuple[list[str
     ends = [0.0, sum(wall.get(f, default) for f in demo)]
     tpu_host = wall.get(TPU_HOST, 0.0)
     groups.sort(key=lambda g: (-sum(wall.get(f, default) for f in g), g))
-    later: list[list[str]] = [[], []]
     for g in groups:
         i = 0 if ends[0] <= ends[1] else 1
-        (later[i] if any(f in AFTER_DEMO for f in g) else streams[i]).extend(g)
+        streams[i] += g
         ends[i] += sum(wall.get(f, default) for f in g)
-    for i in (0, 1):
-        streams[i] += later[i]
     last = 0 if ends[0] <= ends[1] else 1
     streams[last].append(TPU_HOST)
     ends[last] += tpu_host

@@ -88,33 +88,3 @@ def test_split_balances_longest_first(walls):
     assert abs(end0 - end1) <= max(walls)
     by_name = dict(zip(files, walls, strict=True))
     assert sum(by_name.get(f, 0) for f in first) == end0 and sum(by_name.get(f, 0) for f in second) == end1
-
-
-def test_split_runs_what_reuses_the_demos_runs_last_in_its_stream_at_its_cpu_cost():
-    """The shared runs' users (AFTER_DEMO) would be first by their wall time, most of it spent
-    waiting for the runs the demo trains beside them; they go last, costed at their CPU seconds."""
-    after = profile_tests.AFTER_DEMO[0]
-    group = next((g for g in profile_tests.TOGETHER if after in g), (after,))
-    files = [*group, "tests/x/test_a.py", "tests/x/test_b.py", "tests/x/test_c.py"]
-    walls = {after: 600.0, "tests/x/test_a.py": 100.0, "tests/x/test_b.py": 90.0, "tests/x/test_c.py": 80.0}
-    profile = [
-        {
-            "file": f,
-            "stream": "first",
-            "wall_s": walls.get(f, 10.0),
-            "cpu_s": 50.0 if f == after else walls.get(f, 10.0),
-        }
-        for f in files
-    ]
-    first, second, end0, end1 = profile_tests.split(profile, files)
-    stream = first if after in first else second
-    body = [f for f in stream if f != profile_tests.TPU_HOST]
-    assert set(body[-len(group) :]) == set(group)  # last in its stream, its group with it
-    assert body != list(group)  # ... behind other files, which ran first
-    assert end0 + end1 == sum(walls.get(f, 10.0) for f in files) - 600.0 + 50.0  # costed at its CPU seconds
-    # The committed profile's split keeps the rule too.
-    real_first, real_second, _, _ = profile_tests.split(json.loads((REPO / "tests" / "profile.json").read_text()))
-    for s in (real_first, real_second):
-        body = [f for f in s if f != profile_tests.TPU_HOST]
-        if after in body:
-            assert set(body[-len(group) :]) == set(group)
