@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     tok, model = trainer.processing_class, trainer.model.eval()
     rows = eval_rows[: args.eval_rows]
     problems = evaluate.sample_task_problems(rows)
-    budget = evaluate.answer_budget(tok, problems)
+    budget = data.answer_budget(tok, problems)
     greedy_gen = evaluate.transformers_samples(model, tok, problems, evaluate.GREEDY.replace(max_tokens=budget))
     completions = [greedy_gen.completions[p.name][0] for p in problems]
     greedy = evaluate.score_generation(problems, greedy_gen)

@@ -50,11 +50,11 @@ def score(run_dir: Path | None, config) -> dict:
     from cookbook import data, evaluate, train
 
     base_dir = train.resolve_base_dir(config)
-    tokenizer = train.load_tokenizer(base_dir)
+    tokenizer = data.load_tokenizer(base_dir=base_dir)
     rows = train.eval_rows(config)[:ROWS]
     problems = evaluate.sample_task_problems(rows)
     thinking = config.sample_task == "thinking"
-    budget = evaluate.answer_budget(tokenizer, problems) + (evaluate.thought_budget(tokenizer, rows) if thinking else 0)
+    budget = data.answer_budget(tokenizer, problems) + (data.thought_budget(tokenizer, rows) if thinking else 0)
     model = train.restore_lora_model(run_dir) if run_dir else train.build_lora_model(config, base_dir)
     generation, sampler = evaluate.tunix_samples(
         model, tokenizer, problems, evaluate.GREEDY.replace(max_tokens=budget), batch_size=50, thinking=thinking

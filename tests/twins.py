@@ -76,12 +76,12 @@ def jax_eval(name: str) -> dict:
     compare against it). ``{"rows", "base", "tuned"}``, each of the last two ``train.evaluate``'s
     result without its sampler."""
     if name not in _EVALS:
-        from cookbook import train
+        from cookbook import data, train
 
         run_dir = run(name)
         cfg = train.config_of_run(run_dir)
         rows = train.eval_rows(cfg)[:EVAL_ROWS]
-        tokenizer = train.load_tokenizer(cfg.base_dir)
+        tokenizer = data.load_tokenizer(base_dir=cfg.base_dir)
         tuned = train.evaluate(train.restore_lora_model(run_dir), tokenizer, rows)
         base = train.evaluate(
             train.build_lora_model(cfg.replace(lora={"dropout": 0.0})), tokenizer, rows, sampler=tuned.pop("sampler")

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,31 @@ def thought_of(row: dict) -> str | None:
         if message.get("role") == "assistant":
             return message.get("reasoning_content")
     raise KeyError(f"row has no 'assistant' turn: {row!r}")
+
+
+def answer_budget(tokenizer, items: Sequence, *, slack: int = 16) -> int:
+    """New tokens to allow for an answer: the longest reference answer of ``items`` plus ``slack``.
+
+    ``items``: sample-task rows (their assistant turn, :func:`answer_of`) or evaluation problems
+    (``Problem.answer``, else its reference RTL). The budget ``cookbook.evaluate``'s generators and
+    ``cookbook.serve``'s served check are given. Add :func:`thought_budget` for a thinking run.
+    """
+    answers = [answer_of(x) if isinstance(x, dict) else (x.answer or x.ref) for x in items]
+    return max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers) + slack
+
+
+def thought_budget(tokenizer, rows: Sequence[dict]) -> int:
+    """New tokens the longest thought of ``rows`` takes in Gemma 4's thought channel
+    (``<|channel>thought\\n...\\n<channel|>``); 0 for plain rows. Add it to
+    :func:`answer_budget` when sampling a thinking run."""
+    thoughts = [t for t in map(thought_of, rows) if t]
+    return max(
+        (
+            len(tokenizer(f"<|channel>thought\n{t}\n<channel|>", add_special_tokens=False)["input_ids"])
+            for t in thoughts
+        ),
+        default=0,
+    )
 
 
 def clean_completion(completion: str) -> str:

@@ -14,11 +14,9 @@ from cookbook.evaluate._generate import (  # noqa: F401
     PAPER_SAMPLING,
     Generation,
     SamplingConfig,
-    answer_budget,
     endpoint_samples,
     load_transformers_model,
     prompt_token_ids,
-    thought_budget,
     transformers_samples,
     tunix_samples,
 )

@@ -206,7 +206,7 @@ def _sample(args, problems, sampling, tick):
         return gen_lib.transformers_samples(
             model, tokenizer, problems, sampling, system=args.system, thinking=args.thinking, on_done=tick
         )
-    from cookbook import train
+    from cookbook import data, train
 
     run_dir = Path(args.run)
     config = train.config_of_run(run_dir)
@@ -214,6 +214,12 @@ def _sample(args, problems, sampling, tick):
     model = train.build_lora_model(config, base_dir) if args.base else train.restore_lora_model(run_dir)
     thinking = args.thinking or config.sample_task == "thinking"  # prompted as it was trained
     generation, _ = gen_lib.tunix_samples(
-        model, train.load_tokenizer(base_dir), problems, sampling, system=args.system, thinking=thinking, on_done=tick
+        model,
+        data.load_tokenizer(base_dir=base_dir),
+        problems,
+        sampling,
+        system=args.system,
+        thinking=thinking,
+        on_done=tick,
     )
     return generation

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import core, models
-from cookbook import data as data_lib
 from cookbook.evaluate._problems import Problem
 
 
@@ -91,26 +90,6 @@ class Generation:
             "problems": len(self.completions),
             **({"thinking": True} if self.thinking else {}),
         }
-
-
-def answer_budget(tokenizer, problems: Sequence[Problem], slack: int = 16) -> int:
-    """A new-token budget from the reference answers: the longest plus ``slack`` (sample task)."""
-    answers = [p.answer or p.ref for p in problems]
-    return max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers) + slack
-
-
-def thought_budget(tokenizer, rows: Sequence[dict]) -> int:
-    """New tokens the longest thought of ``rows`` takes in Gemma 4's thought channel
-    (``<|channel>thought\\n...\\n<channel|>``); 0 for plain rows. Add it to
-    :func:`answer_budget` when sampling a thinking run."""
-    thoughts = [t for t in map(data_lib.thought_of, rows) if t]
-    return max(
-        (
-            len(tokenizer(f"<|channel>thought\n{t}\n<channel|>", add_special_tokens=False)["input_ids"])
-            for t in thoughts
-        ),
-        default=0,
-    )
 
 
 def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> list[int]:

@@ -15,7 +15,6 @@ from cookbook.fit._layouts import (  # noqa: F401
     recommended_training,
 )
 from cookbook.fit._plan import (  # noqa: F401
-    abstract_lora_model,
     check_config,
     chip_figures,
     compiler_reason,
@@ -50,7 +49,7 @@ from cookbook.fit._predict import (  # noqa: F401
 from cookbook.fit._remat import (  # noqa: F401
     RematMeasurement,
     example_batch,
-    format_table,
+    format_remat_table,
     lora_count_under_remat,
     measure_remat,
     plot,

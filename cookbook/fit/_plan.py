@@ -80,7 +80,7 @@ def tpu_devices(slice_name: str) -> list:
 # Abstract model and train step
 
 
-def abstract_lora_model(config: PlanConfig, preset: models.ModelPreset, mesh):
+def _abstract_plan_model(config: PlanConfig, preset: models.ModelPreset, mesh):
     """(graphdef, lora state, other state, LoRA count), all abstract with shardings on ``mesh``.
 
     LoRA goes on with remat and flash attention off (``cookbook.lora.apply_lora`` checks
@@ -140,7 +140,7 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
 
     from cookbook.fit import _sharding as sharding
 
-    graphdef, lora_abs, rest_abs, lora_count = abstract_lora_model(config, preset, mesh)
+    graphdef, lora_abs, rest_abs, lora_count = _abstract_plan_model(config, preset, mesh)
     tx = plan_optimizer(config)
     opt_abs = sharding.abstract_optimizer_state(tx, lora_abs, mesh)
     batch_abs = abstract_batch(config.batch_size, config.seq_len, mesh)

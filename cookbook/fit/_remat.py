@@ -115,7 +115,7 @@ def measure_remat(
     return out
 
 
-def format_table(rows: list[RematMeasurement]) -> str:
+def format_remat_table(rows: list[RematMeasurement]) -> str:
     lines = [f"{'remat':<13} {'temp MiB':>9} {'args MiB':>9} {'GFLOP':>8} {'step ms':>8}  saves"]
     for r in rows:
         lines.append(

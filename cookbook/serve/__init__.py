@@ -23,7 +23,6 @@ from cookbook.serve._bench_report import (  # noqa: F401
 )
 from cookbook.serve._check import (  # noqa: F401
     agreement,
-    answer_budget,
     compare_greedy,
     hf_greedy,
     served_completions,

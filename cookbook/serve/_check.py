@@ -16,11 +16,6 @@ from cookbook import data
 from cookbook import models as tok_lib
 
 
-def answer_budget(tokenizer, rows: list[dict], slack: int = 8) -> int:
-    """New tokens to allow: the longest reference answer plus ``slack`` (as the JAX eval)."""
-    return max(len(tokenizer(data.answer_of(r), add_special_tokens=False)["input_ids"]) for r in rows) + slack
-
-
 def served_completions(
     client, model: str, prompts: list[list[int]], *, max_tokens: int, batch: int = 64
 ) -> list[dict[str, Any]]:
@@ -48,7 +43,7 @@ def served_exact_match(
 ) -> dict[str, Any]:
     """Exact-match accuracy of ``model`` on ``rows`` through the server (greedy)."""
     prompts = [data.prompt_ids(tokenizer, r) for r in rows]
-    max_tokens = max_tokens or answer_budget(tokenizer, rows)
+    max_tokens = max_tokens or data.answer_budget(tokenizer, rows, slack=8)
     outs = served_completions(client, model, prompts, max_tokens=max_tokens)
     completions = [o["text"] for o in outs]
     correct = [data.exact_match(c, r) for c, r in zip(completions, rows, strict=True)]

@@ -22,7 +22,7 @@ from cookbook.train._config import (
 )
 from cookbook.train._evaluate import evaluate
 from cookbook.train._pod import pod_commands
-from cookbook.train._runs import eval_rows, load_tokenizer, resolve_base_dir, restore_lora_model
+from cookbook.train._runs import eval_rows, resolve_base_dir, restore_lora_model
 from cookbook.train._trainer import NonFiniteLossError, train
 
 
@@ -235,6 +235,6 @@ def _cli(args) -> int:
     if args.eval_accuracy:
         model = restore_lora_model(args.out)
         rows = eval_rows(config)[: args.eval_accuracy]
-        res = evaluate(model, load_tokenizer(resolve_base_dir(config)), rows)
+        res = evaluate(model, data_lib.load_tokenizer(base_dir=resolve_base_dir(config)), rows)
         print(f"exact match on {res['n']} held-out rows: {res['accuracy']:.1%}")
     return 0

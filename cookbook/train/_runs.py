@@ -40,12 +40,6 @@ def resolve_base_dir(config: TrainConfig) -> Path:
     return models.ensure_base(config.model_preset)
 
 
-def load_tokenizer(base_dir: str | Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(base_dir))
-
-
 def train_rows(config: TrainConfig):
     """The training rows (a path or the sample task's rows)."""
     if config.train_data is not None:
@@ -69,7 +63,7 @@ def eval_rows(config: TrainConfig) -> list[dict]:
     )
 
 
-def make_mesh(config: TrainConfig):
+def config_mesh(config: TrainConfig):
     """The training mesh, or None for one device (1 x 1)."""
     if config.mesh_fsdp * config.mesh_tp == 1:
         return None
@@ -81,12 +75,12 @@ def make_mesh(config: TrainConfig):
 def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, mesh: Any = "auto"):
     """The base model from ``base_dir`` with LoRA applied (B = 0: it still equals the base).
 
-    ``mesh="auto"``: the config's mesh (:func:`make_mesh`; None on 1 x 1 is one device).
+    ``mesh="auto"``: the config's mesh (:func:`config_mesh`; None on 1 x 1 is one device).
     """
 
     base_dir = base_dir or resolve_base_dir(config)
     if isinstance(mesh, str):
-        mesh = make_mesh(config)
+        mesh = config_mesh(config)
     model = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
     model = lora_lib.apply_lora(
         model,

@@ -35,8 +35,8 @@ from cookbook.train._runs import (
     build_lora_model,
     cache_key,
     checkpoint_steps,
+    config_mesh,
     eval_rows,
-    make_mesh,
     read_metrics,
     recipe,
     resolve_base_dir,
@@ -308,7 +308,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rec = recipe(config, base_dir)
-    mesh = make_mesh(config)
+    mesh = config_mesh(config)
     _check_multiprocess(config, mesh)
     # Every process must run the same recipe (the base by content: paths may differ per host).
     mesh_lib.check_same_everywhere(json.dumps({**rec, "base_dir": None}, sort_keys=True), "training config")

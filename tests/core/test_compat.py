@@ -280,7 +280,7 @@ def _tiny_step_parts(tiny_base):
     from cookbook import data, models, train
 
     cfg = train.train_preset("tiny")
-    tokenizer = train.load_tokenizer(tiny_base)
+    tokenizer = data.load_tokenizer(base_dir=tiny_base)
     it = data.make_train_iter(train.train_rows(cfg), tokenizer, cfg.data)
     batch, other = ({k: jax.numpy.asarray(v) for k, v in data.model_inputs(next(it)).items()} for _ in range(2))
     model = train.build_lora_model(cfg.replace(lora={"dropout": 0.0}), tiny_base, None)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import evaluate
+from cookbook import data, evaluate
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +46,9 @@ def tiny_greedy(iverilog):
     run_dir = userenv.tiny_run()  # notebook 06's run, shared with the demo
     config = train.config_of_run(run_dir)
     base_dir = train.resolve_base_dir(config)
-    tokenizer = train.load_tokenizer(base_dir)
+    tokenizer = data.load_tokenizer(base_dir=base_dir)
     problems = evaluate.sample_task_problems(train.eval_rows(config)[:48])
-    sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems))
+    sampling = evaluate.GREEDY.replace(max_tokens=data.answer_budget(tokenizer, problems))
     tuned, sampler = evaluate.tunix_samples(
         train.restore_lora_model(run_dir), tokenizer, problems, sampling, batch_size=48
     )
@@ -75,15 +75,15 @@ def tiny_thinking(iverilog):
 
     import userenv
 
-    from cookbook import data, train
+    from cookbook import train
 
     run_dir = userenv.tiny_run("thinking")  # notebook 06's thinking run, shared with the demo
     config = train.config_of_run(run_dir)
-    tokenizer = train.load_tokenizer(train.resolve_base_dir(config))
+    tokenizer = data.load_tokenizer(base_dir=train.resolve_base_dir(config))
     rows = train.eval_rows(config)[:48]
     problems = evaluate.sample_task_problems(rows)
     # The answer's budget plus the longest thought channel the rows hold.
-    channel = evaluate.thought_budget(tokenizer, rows)
+    channel = data.thought_budget(tokenizer, rows)
     assert (
         channel
         == max(
@@ -94,7 +94,7 @@ def tiny_thinking(iverilog):
         )
         > 0
     )
-    sampling = evaluate.GREEDY.replace(max_tokens=evaluate.answer_budget(tokenizer, problems) + channel)
+    sampling = evaluate.GREEDY.replace(max_tokens=data.answer_budget(tokenizer, problems) + channel)
     model = train.restore_lora_model(run_dir)
     generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, sampling, batch_size=48, thinking=True)
     return types.SimpleNamespace(

@@ -241,7 +241,7 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     # The adapter on the base equals transformers on the merged checkpoint, token for token.
     merged = merge.ensure_merged(server.run_dir, text_only=True)
     prompts = [data.prompt_ids(tokenizer, r) for r in rows[:3]]
-    budget = serve.answer_budget(tokenizer, rows)
+    budget = data.answer_budget(tokenizer, rows, slack=8)
     parity = serve.compare_greedy(
         serve.served_completions(client, "verilog", prompts, max_tokens=budget),
         serve.hf_greedy(merged, prompts, max_new_tokens=budget),

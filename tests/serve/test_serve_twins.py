@@ -47,7 +47,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
         assert {m.id for m in client.models.list().data} >= {name}  # the adapter is served by name
         served = serve.served_exact_match(client, name, tokenizer, rows)
         prompts = [data.prompt_ids(tokenizer, r) for r in rows[:3]]
-        budget = serve.answer_budget(tokenizer, rows)
+        budget = data.answer_budget(tokenizer, rows, slack=8)
         greedy = serve.served_completions(client, name, prompts, max_tokens=budget)
     finally:
         server.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cookbook import fit, train
+from cookbook import data, fit, train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,7 @@ def test_config_round_trip_and_cache_key(tiny_base):
 
 @pytest.mark.jax_only
 def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_base):
-    from cookbook import data, harness
+    from cookbook import harness
 
     plain, thinking = train.train_preset("tiny"), train.train_preset("tiny", sample_task="thinking")
     # The plain recipe is what it was: no new field in its recipe.json or its cache key.
@@ -455,7 +455,7 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
         np.testing.assert_array_equal(whole[k], resumed[k], err_msg=k)  # one process: bit-identical
 
     base_dir = train.resolve_base_dir(config)
-    tokenizer = train.load_tokenizer(base_dir)
+    tokenizer = data.load_tokenizer(base_dir=base_dir)
     rows = train.eval_rows(config)[:100]
     trained = train.restore_lora_model(q_run)
     assert _is_quantized(trained) and not _is_quantized(train.restore_lora_model(q_run, dense_base=True))

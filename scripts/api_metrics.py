@@ -1,0 +1,335 @@
+"""How thin the notebooks are and how curated the package API is: the numbers issue 35 tracks.
+
+Reads the source only (``ast``; nothing is imported or run):
+
+* **notebooks**: each code cell's top-level statements, classed as ``setup`` (imports, the Colab
+  cell, magics), ``parameter`` (a name bound to a literal), ``call`` (one call into a
+  ``cookbook`` package, its arguments plain expressions), ``display`` (``print``, ``display``,
+  a DataFrame or plot, a bare expression shown as the cell's value), ``record`` (a ``record()``
+  call) and ``logic`` (everything else: loops, conditions, functions, comprehensions, values
+  computed in the notebook). Lines are source lines that are neither blank nor comments.
+  ``own stage`` is the share of the package names a notebook uses that come from its own stage
+  package (:data:`STAGE`).
+* **exports**: the public names each ``cookbook/<package>/__init__.py`` binds (``__all__`` where
+  it has one), and who uses each from outside its package: a notebook, the package's other
+  users (other packages, the command line), or only tests, benchmarks and scripts.
+* **collisions**: one exported name bound to different objects in different packages.
+
+Written by hand: no linter counts these. ``--json`` writes the whole record; the default prints
+the summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Each notebook's own stage package.
+STAGE = {
+    "00_quickstart": "models",
+    "01_mesh_setup": "mesh",
+    "02_lora_naming": "lora",
+    "03_sharding_fixes": "fit",
+    "04_remat": "fit",
+    "05_data_pipeline": "data",
+    "06_train": "train",
+    "07_merge": "merge",
+    "08_serving": "serve",
+    "09_cost_comparison": "cost",
+}
+DISPLAY_CALLS = {"print", "display", "Markdown", "HTML", "Image"}
+DISPLAY_ROOTS = {"pd", "plt", "np"}  # a DataFrame, a plot or an array shown as the cell's value
+KINDS = ("setup", "parameter", "call", "display", "record", "logic")
+
+
+def packages(repo: Path = REPO) -> list[str]:
+    return sorted(p.parent.name for p in (repo / "cookbook").glob("*/__init__.py"))
+
+
+# ------------------------------------------------------------------------------------------
+# Who refers to which package name
+
+
+class _Uses(ast.NodeVisitor):
+    """``(package, name)`` pairs a module uses: ``pkg.name`` through an alias of ``cookbook.pkg``,
+    and names imported ``from cookbook.pkg import name``."""
+
+    def __init__(self, pkgs: set[str]):
+        self.pkgs = pkgs
+        self.alias: dict[str, str] = {}  # local name -> package
+        self.direct: dict[str, tuple[str, str]] = {}  # local name -> (package, name)
+        self.uses: Counter = Counter()
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        mod = node.module or ""
+        if mod == "cookbook":
+            for a in node.names:
+                if a.name in self.pkgs:
+                    self.alias[a.asname or a.name] = a.name
+        elif mod.startswith("cookbook.") and mod.split(".")[1] in self.pkgs and len(mod.split(".")) == 2:
+            for a in node.names:
+                self.direct[a.asname or a.name] = (mod.split(".")[1], a.name)
+                self.uses[(mod.split(".")[1], a.name)] += 1
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            parts = a.name.split(".")
+            if parts[0] == "cookbook" and len(parts) == 2 and parts[1] in self.pkgs and a.asname:
+                self.alias[a.asname] = parts[1]
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in self.alias:
+            self.uses[(self.alias[base.id], node.attr)] += 1
+        elif (  # cookbook.pkg.name
+            isinstance(base, ast.Attribute)
+            and isinstance(base.value, ast.Name)
+            and base.value.id == "cookbook"
+            and base.attr in self.pkgs
+        ):
+            self.uses[(base.attr, node.attr)] += 1
+        self.generic_visit(node)
+
+
+def _parse(source: str) -> ast.Module:
+    """A code cell or module; IPython magics and shell lines become ``pass``."""
+    lines = [re.sub(r"^(\s*)[!%].*$", r"\1pass", line) for line in source.splitlines()]
+    return ast.parse("\n".join(lines))
+
+
+def notebook_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+# ------------------------------------------------------------------------------------------
+# Notebook statements
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except ValueError:
+        return False
+
+
+def _plain(node: ast.AST) -> bool:
+    """No comprehension, lambda or conditional expression inside."""
+    banned = (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Lambda, ast.IfExp)
+    return not any(isinstance(n, banned) for n in ast.walk(node))
+
+
+def classify(stmt: ast.stmt, package_names: set[str], is_last: bool) -> str:
+    """One of :data:`KINDS` for a notebook cell's top-level statement."""
+    if isinstance(stmt, ast.Import | ast.ImportFrom | ast.Pass):
+        return "setup"
+    value = stmt.value if isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign) else None
+    if value is None:
+        return "logic"
+    if isinstance(stmt, ast.Assign | ast.AnnAssign) and _is_literal(value):
+        return "parameter"
+    root = _root(value)
+    if isinstance(value, ast.Call):
+        if root == "record":
+            return "record"
+        if isinstance(stmt, ast.Expr) and (root in DISPLAY_CALLS or root in DISPLAY_ROOTS):
+            return "display"
+        if root in package_names and _plain(value):
+            return "call"
+    if isinstance(stmt, ast.Expr) and is_last and _plain(value):
+        return "display"  # the cell's value, shown
+    return "logic"
+
+
+def _code_lines(source_lines: list[str], stmt: ast.stmt) -> int:
+    span = source_lines[stmt.lineno - 1 : stmt.end_lineno]
+    return sum(1 for line in span if line.strip() and not line.strip().startswith("#"))
+
+
+def notebook_metrics(path: Path, pkgs: set[str]) -> dict:
+    kinds: Counter = Counter()
+    uses = _Uses(pkgs)
+    logic_examples: list[str] = []
+    for cell in notebook_cells(path):
+        colab = "google.colab" in cell
+        tree = _parse(cell)
+        uses.visit(tree)
+        lines = cell.splitlines()
+        package_names = set(uses.alias) | set(uses.direct) | {"cookbook"}
+        for i, stmt in enumerate(tree.body):
+            kind = "setup" if colab else classify(stmt, package_names, i == len(tree.body) - 1)
+            n = _code_lines(lines, stmt)
+            kinds[kind] += n
+            if kind == "logic":
+                logic_examples.append(lines[stmt.lineno - 1].strip())
+    own = STAGE.get(path.stem)
+    names = {pn for pn in uses.uses}
+    own_share = sum(1 for p, _ in names if p == own) / len(names) if names else 0.0
+    return {
+        "lines": dict(kinds),
+        "code_lines": sum(kinds.values()),
+        "logic_lines": kinds["logic"],
+        "record_calls": sum(cell.count("record(") for cell in notebook_cells(path)),
+        "stage": own,
+        "package_names": len(names),
+        "own_stage_share": round(own_share, 3),
+        "uses": sorted(f"{p}.{n}" for p, n in names),
+        "logic_statements": logic_examples,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Exports, their users, collisions
+
+
+def exports(pkg: str, repo: Path = REPO) -> dict[str, tuple[str, str]]:
+    """Public name -> where it is defined (module, name), for ``cookbook/<pkg>/__init__.py``."""
+    tree = ast.parse((repo / "cookbook" / pkg / "__init__.py").read_text())
+    bound: dict[str, tuple[str, str]] = {}
+    declared: list[str] | None = None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cookbook"):
+            for a in node.names:
+                bound[a.asname or a.name] = (node.module, a.name)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            bound[node.name] = (f"cookbook.{pkg}", node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id == "__all__":
+                    declared = list(ast.literal_eval(node.value))
+                elif isinstance(t, ast.Name):
+                    bound[t.id] = (f"cookbook.{pkg}", t.id)
+    names = declared if declared is not None else [n for n in bound if not n.startswith("_")]
+    return {n: bound.get(n, (f"cookbook.{pkg}", n)) for n in names}
+
+
+def _origin(module: str, name: str, table: dict[str, dict[str, tuple[str, str]]]) -> tuple[str, str]:
+    """Follow re-exports through package ``__init__``s to where ``name`` is defined."""
+    seen = set()
+    while module.count(".") == 1 and module.split(".")[1] in table and (module, name) not in seen:
+        seen.add((module, name))
+        nxt = table[module.split(".")[1]].get(name)
+        if nxt is None or nxt == (module, name):
+            break
+        module, name = nxt
+    return module, name
+
+
+def _uses_in(paths: list[Path], pkgs: set[str]) -> dict[Path, Counter]:
+    out = {}
+    for path in paths:
+        try:
+            tree = _parse(path.read_text())
+        except SyntaxError:
+            continue
+        v = _Uses(pkgs)
+        v.visit(tree)
+        out[path] = v.uses
+    return out
+
+
+def api_metrics(repo: Path = REPO) -> dict:
+    pkgs = packages(repo)
+    pset = set(pkgs)
+    table = {p: exports(p, repo) for p in pkgs}
+    notebooks = sorted((repo / "notebooks").glob("[0-9]*.ipynb"))
+    nb_uses: Counter = Counter()
+    for nb in notebooks:
+        v = _Uses(pset)
+        for cell in notebook_cells(nb):
+            v.visit(_parse(cell))
+        nb_uses.update(v.uses)
+    package_uses: dict[str, Counter] = defaultdict(Counter)  # user package -> uses
+    for path, uses in _uses_in(sorted((repo / "cookbook").rglob("*.py")), pset).items():
+        rel = path.relative_to(repo / "cookbook").parts
+        user = rel[0] if len(rel) > 1 else "cookbook"
+        package_uses[user].update(uses)
+    tool_uses: Counter = Counter()
+    for folder in ("tests", "benchmarks", "scripts"):
+        for uses in _uses_in(sorted((repo / folder).rglob("*.py")), pset).values():
+            tool_uses.update(uses)
+    rows = []
+    for pkg, names in table.items():
+        for name in names:
+            key = (pkg, name)
+            by_other = any(key in u for user, u in package_uses.items() if user != pkg)
+            if key in nb_uses:
+                who = "notebook"
+            elif by_other:
+                who = "package"
+            elif key in tool_uses:
+                who = "tests only"
+            else:
+                who = "nothing"
+            rows.append({"package": pkg, "name": name, "used_by": who})
+    origins: dict[str, set] = defaultdict(set)
+    where: dict[str, list[str]] = defaultdict(list)
+    for pkg, names in table.items():
+        for name, (module, orig) in names.items():
+            origins[name].add(_origin(module, orig, table))
+            where[name].append(pkg)
+    collisions = {n: sorted(where[n]) for n, o in sorted(origins.items()) if len(o) > 1}
+    nbs = {nb.stem: notebook_metrics(nb, pset) for nb in notebooks}
+    return {
+        "notebooks": nbs,
+        "notebook_totals": {
+            "code_lines": sum(m["code_lines"] for m in nbs.values()),
+            "logic_lines": sum(m["logic_lines"] for m in nbs.values()),
+            "record_calls": sum(m["record_calls"] for m in nbs.values()),
+        },
+        "exports": rows,
+        "export_totals": dict(Counter(r["used_by"] for r in rows), total=len(rows)),
+        "collisions": collisions,
+    }
+
+
+def summary(m: dict) -> str:
+    out = ["notebook            code  logic  record  own-stage share (of names used)"]
+    for stem, n in m["notebooks"].items():
+        out.append(
+            f"{stem:<19} {n['code_lines']:>4}  {n['logic_lines']:>5}  {n['record_calls']:>6}  "
+            f"{n['own_stage_share']:.0%} of {n['package_names']} ({n['stage']})"
+        )
+    t = m["notebook_totals"]
+    out.append(f"{'all':<19} {t['code_lines']:>4}  {t['logic_lines']:>5}  {t['record_calls']:>6}")
+    e = m["export_totals"]
+    out.append(
+        f"exported names: {e['total']} (used by a notebook {e.get('notebook', 0)}, by another package or the "
+        f"command line only {e.get('package', 0)}, by tests/benchmarks/scripts only {e.get('tests only', 0)}, "
+        f"by nothing outside their package {e.get('nothing', 0)})"
+    )
+    c = m["collisions"]
+    out.append(f"collisions: {len(c)}" + "".join(f"\n  {n}: {', '.join(p)}" for n, p in c.items()))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path, help="write the whole record here")
+    ap.add_argument("--logic", action="store_true", help="list each notebook's logic statements")
+    args = ap.parse_args(argv)
+    m = api_metrics()
+    print(summary(m))
+    if args.logic:
+        for stem, n in m["notebooks"].items():
+            print(f"\n{stem}:" + "".join(f"\n  {s}" for s in n["logic_statements"]))
+    if args.json:
+        args.json.write_text(json.dumps(m, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
