@@ -230,6 +230,9 @@ def parse_layouts(text: str, remat: str, batch: int) -> tuple[tuple[str, int], .
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cookbook import core
+
+    core.compat.install()  # the library patches every cookbook entry point installs (setup_runtime_env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tiny", help="model preset; gemma4_31b = a random twin of its widths")
     parser.add_argument("--num-layers", type=int, default=None, help="depth of the random twin")

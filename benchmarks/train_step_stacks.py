@@ -481,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: train_step_stacks.py {jax|torch} WORK_DIR (started by train_step_bench.py)", file=sys.stderr)
         return 2
     side, work = argv[0], Path(argv[1])
+    from cookbook import core
+
+    core.compat.install()  # the library patches every cookbook entry point installs (setup_runtime_env)
     spec = spec_from_dict(json.loads((work / "spec.json").read_text()))
     result = (run_jax if side == "jax" else run_torch)(spec, work)
     (work / f"{side}.json").write_text(json.dumps(result))

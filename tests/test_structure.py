@@ -166,3 +166,29 @@ def test_nothing_points_outside_the_repository():
             if any(p in line for p in patterns):
                 found.append(f"{name}:{number}: {line.strip()[:120]}")
     assert not found, "points outside the repository (put the fact in docs/ instead):\n" + "\n".join(found)
+
+
+# Private names the standard library documents as the type of a public call's result.
+STDLIB_PRIVATE_TYPES = {("argparse", "_SubParsersAction")}
+
+
+def test_only_core_compat_reaches_into_a_librarys_private_names():
+    """A library's private module or name (``x._name``, ``from lib._src import ...``) is reached
+    from ``cookbook/core/compat/`` only, where each reach is checked against the pinned versions."""
+    compat = PKG / "core" / "compat"
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        if compat in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(PKG.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value.id if isinstance(node.value, ast.Name) else None
+                if base not in ("self", "cls") and (base, node.attr) not in STDLIB_PRIVATE_TYPES:
+                    found.append(f"{where}: {base or '...'}.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] != "cookbook":
+                if any(p.startswith("_") and not p.startswith("__") for p in node.module.split(".")) or any(
+                    a.name.startswith("_") and not a.name.startswith("__") for a in node.names
+                ):
+                    found.append(f"{where}: from {node.module} import {', '.join(a.name for a in node.names)}")
+    assert not found, "reaches into private names outside cookbook/core/compat:\n" + "\n".join(found)

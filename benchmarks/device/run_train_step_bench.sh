@@ -59,7 +59,7 @@ print("jax devices", jax.devices(), "| torch cuda", torch.cuda.is_available(),
 import qwix, trl, datasets, peft  # noqa: F401
 from tunix.models.gemma4 import model  # noqa: F401
 from cookbook import core, fit, gpu, train  # noqa: F401
-core.tunix_loss_fn()
+core.compat.tunix_loss_fn()
 print("imports ok")
 PY
 } 2>&1 | tee "$OUT/env.txt"

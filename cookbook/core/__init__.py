@@ -1,6 +1,6 @@
 """Shared foundations: the tables and checks every stage reads, in one place each."""
 
-from cookbook.core import _compat as compat  # noqa: E402, F401  (compat.check() for its test)
+from cookbook.core import compat  # noqa: F401  (the reaches into libraries; compat.install())
 from cookbook.core._cli_errors import (  # noqa: F401
     USER_ERRORS,
     OneLineParser,
@@ -8,22 +8,6 @@ from cookbook.core._cli_errors import (  # noqa: F401
     os_error_line,
     os_errors,
     user_errors,
-)
-from cookbook.core._compat import (  # noqa: E402, F401
-    drop_scalar_listeners_except,
-    fast_abstract_tracing,
-    last_buffered_train_loss,
-    qwix_finds_quantized_weights_when_tracing,
-    qwix_lora_grads_as_is,
-    qwix_lora_grads_for_cpu,
-    qwix_tie_dequantization,
-    scalar_listeners,
-    tunix_activation_sharding,
-    tunix_einsum_accepts_quantized,
-    tunix_gemma4_key_mapping,
-    tunix_gemma4_preprocess,
-    tunix_loss_fn,
-    tunix_moe_routes_on_residual,
 )
 from cookbook.core._files import fill_once, lock_path, sibling_lock  # noqa: F401
 from cookbook.core._hardware import (  # noqa: F401

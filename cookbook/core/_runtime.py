@@ -142,9 +142,9 @@ def setup_runtime_env() -> None:
         os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = "-1"  # JAX's eviction off: pruned here instead
         if os.environ["JAX_COMPILATION_CACHE_DIR"]:
             prune_compile_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
-    from cookbook.core._compat import tensorboardx_without_torch
+    from cookbook.core import compat
 
-    tensorboardx_without_torch()  # Tunix imports it; torch is not loaded for it (2-8 s)
+    compat.install()  # the library patches, each as its library loads; tensorboardX without torch now
     min_seconds_chosen = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in os.environ
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(COMPILE_CACHE_MIN_SECONDS))
     if "jax" in sys.modules:  # imported already (it reads the environment once): tell it directly

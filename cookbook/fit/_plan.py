@@ -13,8 +13,8 @@ Traps handled here (``docs/traps.md``, traps 1-6): LoRA is applied with
 remat off and flash attention off, then both are switched on (traps 1, 2; via
 ``cookbook.lora.apply_lora``); Tunix's activation ``shard()`` is a no-op in a CPU process, so
 it is replaced by a real sharding constraint for the duration of ``.lower()`` (trap 3,
-``cookbook.core.tunix_activation_sharding``); the abstract model is built with JAX's tracer
-error messages silenced (trap 4, ``cookbook.core.fast_abstract_tracing``);
+``cookbook.core.compat.tunix_activation_sharding``); the abstract model is built with JAX's tracer
+error messages silenced (trap 4, ``cookbook.core.compat.fast_abstract_tracing``);
 compile errors such as the splash-attention VMEM overflow come back as "does not compile
 for this slice: <reason>" (trap 5); the batch must divide by fsdp (trap 6).
 """
@@ -153,9 +153,9 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
     jitted = jax.jit(step, out_shardings=out_shardings, donate_argnums=(0, 2))
     on_cpu = mesh.devices.flat[0].platform == "cpu"  # else the program a TPU host runs: Qwix's own gradients
     with (
-        core.tunix_activation_sharding(mesh, config.patch_activation_sharding),
+        core.compat.tunix_activation_sharding(mesh, config.patch_activation_sharding),
         models.remat_policy(config.remat),
-        core.qwix_lora_grads_as_is(not on_cpu),
+        core.compat.qwix_lora_grads_as_is(not on_cpu),
     ):
         lowered = jitted.lower(lora_abs, rest_abs, opt_abs, batch_abs)
     return lowered, lora_count

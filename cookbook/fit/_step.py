@@ -1,6 +1,6 @@
 """The one LoRA train step: what Tunix's ``PeftTrainer`` runs, for everything that compiles or times it.
 
-Forward pass, Tunix's own masked cross-entropy (``core.tunix_loss_fn``), gradients for the
+Forward pass, Tunix's own masked cross-entropy (``core.compat.tunix_loss_fn``), gradients for the
 LoRA parameters only, an optax update. The planner (deviceless TPU compile), the remat
 measurement, the sharding check and the GPU parity test all call this module, so what they
 measure is the step the trainer runs. Two calling conventions over one definition:
@@ -19,7 +19,7 @@ from cookbook import core
 def lora_loss(model, batch: dict[str, Any]):
     """Tunix's training loss of ``model`` on ``batch`` (``input_tokens``, ``input_mask``,
     ``positions``, ``attention_mask``)."""
-    return core.tunix_loss_fn()(model, **batch)
+    return core.compat.tunix_loss_fn()(model, **batch)
 
 
 def lora_value_and_grad(model, batch: dict[str, Any]):

@@ -5,7 +5,7 @@ same LoRA weights (Qwix's, copied into PEFT with ``cookbook.lora``), see the sam
 micro-batches in the same order, and take the same AdamW steps:
 
 * Tunix + Qwix: ``cookbook.lora.apply_lora``, Tunix's ``PeftTrainer`` loss
-  (``tunix.sft.core.tunix_loss_fn()``) on ``cookbook.data`` batches, and its
+  (``cookbook.core.compat.tunix_loss_fn()``) on ``cookbook.data`` batches, and its
   update (``nnx.Optimizer`` over ``nnx.LoRAParam`` with ``optax.MultiSteps`` accumulation).
 * transformers + PEFT + TRL: the generated ``train_gpu.py`` itself (imported from the
   recipe directory ``cookbook.gpu.write_gpu_recipe`` wrote), its ``SFTTrainer``,

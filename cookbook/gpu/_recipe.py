@@ -51,8 +51,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
+from cookbook import core, models
 from cookbook import lora as lora_lib
-from cookbook import models
 from cookbook.gpu._recipe_dir import MARKER, RECIPE_FILES, check_recipe_dir
 
 LossNormalisation = Literal["per_micro_batch", "tokens_in_step"]
@@ -244,7 +244,7 @@ def decoder_layer_class(preset: str | models.ModelPreset = "gemma4_31b") -> str:
     layout = models.get_preset(preset).hf_layout
     modeling = importlib.import_module(f"transformers.models.{layout}.modeling_{layout}")
     pretrained = getattr(modeling, f"{models.HF_ARCHITECTURES[layout].split('For')[0]}PreTrainedModel")
-    names = [n for n in pretrained._no_split_modules if "Text" in n]
+    names = [n for n in core.compat.no_split_modules(pretrained) if "Text" in n]
     if not names or not hasattr(modeling, names[0]):
         raise RuntimeError(
             "transformers' Gemma 4 names no text decoder layer in _no_split_modules; "

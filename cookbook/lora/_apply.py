@@ -166,6 +166,7 @@ def apply_lora(
     Raises:
       LoraCoverageError: the targets match nothing / only some layers.
       LoraApplicationError: the LoRA parameter count is not the expected one.
+      RuntimeError: the library patches are not installed (call ``cookbook.core.setup_runtime_env()``).
     """
     import jax
     import qwix
@@ -178,10 +179,7 @@ def apply_lora(
             f"the model already has {count_lora_params(model)} LoRA parameters; apply LoRA to the base model"
         )
     check_quant_tile(p, quantize, quant_tile)
-    core.qwix_lora_grads_for_cpu()  # the MLP adapters' gradients without XLA CPU's transposed copies
-    if quantize is not None:
-        core.tunix_einsum_accepts_quantized()
-        core.qwix_finds_quantized_weights_when_tracing()
+    core.compat.require_installed("cookbook.lora.apply_lora")  # QLoRA's patches, the CPU LoRA gradients
     previous = [cfg.remat_config for cfg in models.tunix_configs(model)]
     models.set_remat(model, "none")
     provider = lora_provider(lora_rules(lora, module_path, p, quantize=quantize, tile=quant_tile), quantize=quantize)
@@ -306,7 +304,7 @@ def abstract_lora_model(
             base, lora, preset=p, remat=remat, allow_partial=allow_partial, quantize=quantize, quant_tile=quant_tile
         )
 
-    with core.fast_abstract_tracing():
+    with core.compat.fast_abstract_tracing():
         return nnx.eval_shape(build)
 
 
@@ -328,7 +326,7 @@ def abstract_qwix_model(preset: str | models.ModelPreset, module_path: str, *, r
         base = gemma4.Gemma4(cfg, rngs=nnx.Rngs(0))
         return qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(0), **dummy_inputs())
 
-    with core.fast_abstract_tracing():
+    with core.compat.fast_abstract_tracing():
         return nnx.eval_shape(build)
 
 

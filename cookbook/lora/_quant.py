@@ -234,4 +234,4 @@ def lora_provider(rules: list, *, quantize: str | None):
     import qwix
 
     provider = qwix.LoraProvider(rules)
-    return provider if quantize is None else core.qwix_tie_dequantization(provider)
+    return provider if quantize is None else core.compat.qwix_tie_dequantization(provider)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Iterator
 from typing import Any
+
+from cookbook import core
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,22 +80,11 @@ def remat_policy(name: str) -> Iterator[None]:
     """While tracing, give Tunix's ``nnx.remat`` calls the policy of choice ``name``.
 
     Tunix calls ``nnx.remat(fn, graph_updates=False)`` on every forward pass, with no way
-    to pass a policy; this swaps ``flax.nnx.remat`` for a partial with the policy for the
-    duration of the trace (a no-op for choices without a policy).
+    to pass a policy; ``cookbook.core.compat.nnx_remat_with_policy`` swaps ``flax.nnx.remat``
+    for a partial with the policy for the duration of the trace (a no-op for choices without one).
     """
-    choice = get_remat_choice(name)
-    if choice.policy is None:
+    with core.compat.nnx_remat_with_policy(get_remat_choice(name).policy):
         yield
-        return
-    import jax
-    from flax import nnx
-
-    original = nnx.remat
-    nnx.remat = functools.partial(original, policy=getattr(jax.checkpoint_policies, choice.policy))
-    try:
-        yield
-    finally:
-        nnx.remat = original
 
 
 def set_flash_attention(model, block_size: int = 512) -> None:

@@ -11,7 +11,7 @@ Two Gemma 4 variants need more than the mapping. E2B/E4B: transformers saves no 
 projections on the KV-shared layers, where Tunix has unused ones; they are filled with zeros
 (:func:`unused_kv_params`), after checking that both frameworks share KV between the same
 layers. 26B-A4B: Tunix's MoE routes on another input than transformers; the model is built
-with the router reading the residual stream (:func:`cookbook.core.tunix_moe_routes_on_residual`).
+with the router reading the residual stream (:func:`cookbook.core.compat.tunix_moe_routes_on_residual`).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def load_tunix_model(
         config=config,
         key_mapping=_key_mapping,
         mesh=mesh,
-        preprocess_fn=_fill_unused_kv(p, core.tunix_gemma4_preprocess(config)),
+        preprocess_fn=_fill_unused_kv(p, core.compat.tunix_gemma4_preprocess(config)),
         dtype=jnp.dtype(p.dtype),
     )
     return model
@@ -235,7 +235,7 @@ def _key_mapping(cfg) -> dict:
 
     return {
         k.replace(r"(?:model\.language_model\.)?", r"(?:model\.language_model\.|model\.)?"): v
-        for k, v in core.tunix_gemma4_key_mapping(cfg).items()
+        for k, v in core.compat.tunix_gemma4_key_mapping(cfg).items()
     }
 
 
@@ -277,7 +277,7 @@ def map_checkpoint_shapes(
             if reshape:
                 value = value.reshape(reshape)
         state[key] = value
-    params = _fill_unused_kv(p, core.tunix_gemma4_preprocess(config))(state)
+    params = _fill_unused_kv(p, core.compat.tunix_gemma4_preprocess(config))(state)
     # Some map entries name an nnx.Param's ".value"; Tunix's loader tries the name with and without it.
     return {k.removesuffix(".value"): tuple(v.shape) for k, v in params.items()}, skipped
 
@@ -295,7 +295,7 @@ def tunix_param_shapes(preset: str | models.ModelPreset) -> dict[str, tuple[int,
 def _build_gemma4(config, *, rngs):
     """Tunix's Gemma 4, with MoE layers routing on the residual stream as transformers does.
 
-    Tunix 0.1.7 routes on the expert input instead (:func:`cookbook.core.tunix_moe_routes_on_residual`
+    Tunix 0.1.7 routes on the expert input instead (:func:`cookbook.core.compat.tunix_moe_routes_on_residual`
     says why and how); dense presets are built exactly as Tunix builds them.
     """
     from tunix.models.gemma4 import model as gemma4
@@ -304,7 +304,7 @@ def _build_gemma4(config, *, rngs):
 
     model = gemma4.Gemma4(config, rngs=rngs)
     if config.enable_moe:
-        core.tunix_moe_routes_on_residual(model)
+        core.compat.tunix_moe_routes_on_residual(model)
     return model
 
 
@@ -390,5 +390,5 @@ def abstract_model(preset: str | models.ModelPreset, *, param_dtype: str | None 
 
     p = models.get_preset(preset)
     cfg = p.tunix_config(param_dtype=param_dtype)
-    with core.fast_abstract_tracing():
+    with core.compat.fast_abstract_tracing():
         return nnx.eval_shape(lambda: _build_gemma4(cfg, rngs=nnx.Rngs(0)))

@@ -188,7 +188,7 @@ def result_determinants() -> dict[str, Any]:
     that chaotically: LoRA tensors 3-4% apart (relative to a tensor's largest value) after
     30 steps, up to 74% after 240, every run at 100% exact match. So the device count, the
     CPU threads, the backend and the versions of the numerical stack key the cache, and on CPU
-    the LoRA gradients' formulation (``cookbook.core.qwix_lora_grads_for_cpu``, since 2026-12-02:
+    the LoRA gradients' formulation (``cookbook.core.compat.qwix_lora_grads_for_cpu``, since 2026-12-02:
     the same math in another summation order).
     """
     import os

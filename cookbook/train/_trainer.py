@@ -80,16 +80,12 @@ class _JsonlBackend:
 
 
 def _make_trainer_class():
-    from tunix.sft import peft_trainer
+    base = core.compat.tunix_trainer_with_progress(("loss", "tokens_per_s", "learning_rate"))
 
-    class CookbookTrainer(peft_trainer.PeftTrainer):
+    class CookbookTrainer(base):
         """PeftTrainer with tokens/s in the progress bar and the recipe in checkpoints."""
 
         recipe: dict[str, Any] = {}
-
-        @property
-        def _tqdm_train_metrics(self) -> list[str]:
-            return ["loss", "tokens_per_s", "learning_rate"]
 
         def custom_checkpoint_metadata(self) -> dict[str, Any]:
             return {"recipe": self.recipe}
@@ -155,20 +151,17 @@ def _guard_checkpoints(trainer, run_dir: Path) -> None:
     import jax.numpy as jnp
     from flax import nnx
 
-    manager = trainer.checkpoint_manager
-    original_save = manager.save
     all_finite = jax.jit(lambda s: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(s)])))
 
-    def save(step, model, *args, **kwargs):
+    def before_save(step, model):
         # The loss of the step that produced these weights (Tunix buffers it, unwritten).
-        loss = core.last_buffered_train_loss(trainer) or 0.0
+        loss = core.compat.last_buffered_train_loss(trainer) or 0.0
         if not math.isfinite(loss):
             raise NonFiniteLossError(_nonfinite_message(step, loss, run_dir))
         if not bool(all_finite(nnx.state(model, nnx.LoRAParam))):
             raise NonFiniteLossError(_nonfinite_message(step, float("nan"), run_dir))
-        return original_save(step, model, *args, **kwargs)
 
-    manager.save = save
+    core.compat.tunix_guard_checkpoint_saves(trainer, before_save)
 
 
 def _batches(it, mesh, data: data_lib.DataConfig, skip: int, token_counter: list[int]) -> Iterator[Any]:
@@ -358,7 +351,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     )
     context = mesh if mesh is not None else contextlib.nullcontext()
     token_counter = [0]
-    listeners_before = core.scalar_listeners()
+    listeners_before = core.compat.scalar_listeners()
     with context:
         trainer = _make_trainer_class()(model, make_optimizer(config), tcfg)
         trainer.recipe = rec
@@ -382,7 +375,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
             trainer.checkpoint_manager.close()  # waits for an async save in flight
             with contextlib.suppress(Exception):
                 trainer.metrics_logger.close()
-            core.drop_scalar_listeners_except(listeners_before)
+            core.compat.drop_scalar_listeners_except(listeners_before)
         elapsed = time.perf_counter() - start
     jax.effects_barrier()
 

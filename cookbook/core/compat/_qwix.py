@@ -1,60 +1,15 @@
-"""The reaches into Qwix's private API (and Tunix's Einsum) that QLoRA and the CPU LoRA gradients need.
+"""Qwix's private names: QLoRA's quantized weights when tracing, a dequantization tied to its
+activation, and the CPU formulation of the LoRA gradients.
 
-Part of :mod:`cookbook.core._compat`, which re-exports every name here and checks them all in
-``check()``; split out only to keep each module readable. The same rules hold: each function
-names the versions it was checked on, and ``tests/core/test_compat.py`` fails once upstream
-changes what it relies on.
+Checked against qwix 0.1.8 (and jax 0.10.2, flax 0.12.8).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Iterator
 from typing import Any
-
-
-def tunix_einsum_accepts_quantized() -> bool:
-    """Let Tunix's Gemma 4 ``Einsum`` run on a Qwix-quantized weight (QLoRA); idempotent.
-
-    Tunix 0.1.7 (and Tunix main, August 2026) casts the weight with ``jnp.astype(w,
-    self.dtype)`` in ``Einsum.__call__``; for a Qwix PTQ weight (``WithAux`` around a
-    ``QArray``) that raises ``TypeError: astype requires ndarray or scalar arguments``, so
-    every attention projection of a quantized model fails while the MLP (``nnx.Linear``)
-    works. The replacement casts the quantized weight's dequantisation scale instead
-    (``QArray.astype``'s meaning) and calls the original for every plain array, so an
-    unquantized model computes exactly what it did. A weight Tunix scales (``w_scale``: E2B/E4B's
-    ``per_layer_model_projection``) gets the scale folded into its quantization scales. ``tests/core/test_compat.py`` checks
-    that the original still fails: when Tunix fixes it upstream, that test says to drop this.
-    Returns True when it installed the patch, False when it was already installed.
-    """
-    import jax.numpy as jnp
-    from qwix._src.providers import ptq
-    from tunix.models.gemma4 import model as gemma4_model
-
-    cls = gemma4_model.Einsum
-    if getattr(cls.__call__, "_cookbook_quantized_ok", False):
-        return False
-    original = cls.__call__
-
-    def __call__(self, x):
-        w = self.w  # Qwix PTQ puts its WithAux in the Param's place; an unquantized model keeps a Param
-        if not isinstance(w, ptq.WithAux):
-            return original(self, x)
-        array = w.array.astype(self.dtype)
-        if self.w_scale is not None:
-            # Tunix multiplies the weight by w_scale before its einsum (E2B/E4B's model-level
-            # per_layer_model_projection); on a quantized weight that is a multiply of its scales:
-            # (q - zero_point) * scale * w_scale dequantizes to the scaled weight, and a LoRA on
-            # this einsum stays unscaled, as on the unquantized model.
-            array = dataclasses.replace(array, scale=array.scale * jnp.asarray(self.w_scale, array.scale.dtype))
-        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w.replace(array=array))
-
-    __call__._cookbook_quantized_ok = True  # type: ignore[attr-defined]
-    __call__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__call__ = __call__
-    return True
 
 
 def qwix_finds_quantized_weights_when_tracing() -> bool:
@@ -207,3 +162,31 @@ def qwix_lora_grads_as_is(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _LORA_GRADS_AS_QWIX[0] -= bool(enabled)
+
+
+def checks() -> dict[str, bool]:
+    import inspect
+
+    from qwix._src.core import dot_general as qdot
+    from qwix._src.core import einsum as qeinsum
+    from qwix._src.core import qarray
+    from qwix._src.providers import lora as qwix_lora
+    from qwix._src.providers import ptq
+    from qwix._src.utils import flax_util
+
+    return {
+        "qwix._src.providers.lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, ...)": list(
+            inspect.signature(qwix_lora._compute_lora_delta).parameters
+        )[:9]
+        == ["lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape", "remain_shape", "rank"],
+        "qwix._src.utils.flax_util.find_param and get_current_module": callable(getattr(flax_util, "find_param", None))
+        and callable(getattr(flax_util, "get_current_module", None)),
+        "qwix._src.providers.ptq.WithAux with a replaceable array": hasattr(ptq.WithAux, "replace")
+        and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
+        "qwix._src.core dot_general, einsum, QArray; PtqProvider._dot_general_fn / _einsum_fn": callable(
+            getattr(qdot, "dot_general", None)
+        )
+        and callable(getattr(qeinsum, "einsum", None))
+        and isinstance(getattr(qarray, "QArray", None), type)
+        and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
+    }

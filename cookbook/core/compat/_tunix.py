@@ -1,32 +1,16 @@
-"""Every reach into a dependency's private API, in one place, with the versions it was checked on.
+"""Tunix's private names: the trainer's loss, progress metrics, buffered loss and checkpoint
+save; the Gemma 4 model's activation sharding, safetensors mapping, MoE router input and Einsum.
 
-Each function here touches a name its library does not promise to keep. When a pinned
-version changes (requirements.txt), rerun ``tests/core/test_compat.py``: it checks each
-reach still finds what it expects, so a rename upstream fails there, by name, instead of
-deep inside a training run. Nothing outside this module (and :mod:`._compat_qwix`, the Qwix
-reaches it re-exports) imports a private name.
-
-Checked against jax/jaxlib 0.10.2, flax 0.12.8, google-tunix 0.1.7, qwix 0.1.8.
+Checked against google-tunix 0.1.7 (and qwix 0.1.8 for the quantized Einsum).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
-
-# The reaches QLoRA and the CPU LoRA gradients need, kept in their own module; checked here.
-from cookbook.core._compat_qwix import (  # noqa: E402, F401
-    qwix_finds_quantized_weights_when_tracing,
-    qwix_lora_grads_as_is,
-    qwix_lora_grads_for_cpu,
-    qwix_tie_dequantization,
-    tunix_einsum_accepts_quantized,
-)
-
-CHECKED_VERSIONS = {"jax": "0.10.2", "flax": "0.12.8", "google-tunix": "0.1.7", "qwix": "0.1.8"}
 
 
 def tunix_loss_fn() -> Callable[..., Any]:
@@ -39,24 +23,6 @@ def tunix_loss_fn() -> Callable[..., Any]:
     from tunix.sft import peft_trainer
 
     return peft_trainer._default_loss_fn
-
-
-@contextlib.contextmanager
-def fast_abstract_tracing() -> Iterator[None]:
-    """Skip JAX's costly tracer-origin messages while building big abstract models.
-
-    ``nnx.eval_shape`` of a 60-layer LoRA model probes tracer attributes many times and
-    each probe formats an error message (``DynamicJaxprTracer._origin_msg``; O(layers^2),
-    ~2 min for 31B); the message is never shown, so it is replaced by "" meanwhile.
-    """
-    from jax._src.interpreters import partial_eval as pe
-
-    original = pe.DynamicJaxprTracer._origin_msg
-    pe.DynamicJaxprTracer._origin_msg = lambda self: ""  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        pe.DynamicJaxprTracer._origin_msg = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -88,62 +54,6 @@ def tunix_activation_sharding(mesh, enabled: bool = True) -> Iterator[None]:
         gemma4_model.shard, sharding_utils.shard = saved
 
 
-def tensorboardx_without_torch() -> bool:
-    """Import tensorboardX, which Tunix's metrics logger imports, without it importing torch.
-
-    ``tensorboardX.writer`` runs ``try: import torch`` at import time only to accept torch
-    tensors in its ``add_*`` calls (``numpy_compatible``); Tunix logs JAX/numpy scalars. Where
-    torch is installed (this project's ``.venv``: transformers, PEFT, vLLM) that import costs
-    2-8 s in every process that imports Tunix and never uses torch (a training run, a
-    notebook kernel, a planner). ``torch`` is hidden from that one import (``sys.modules``
-    entry None: ``import torch`` raises ImportError), then restored: a later ``import torch``
-    loads it as usual. Imports nothing when tensorboardX or torch is already loaded, or
-    tensorboardX is not installed; an import that fails is undone (Tunix's own import then says
-    why, where it is needed: every entry point calls this). Returns True when it imported
-    tensorboardX so.
-
-    Checked with tensorboardX 2.6.5: its import then loads only numpy, protobuf and the
-    standard library, none of which caches whether torch exists.
-    """
-    import importlib.util
-    import sys
-
-    if "tensorboardX" in sys.modules or "torch" in sys.modules:
-        return False
-    if importlib.util.find_spec("tensorboardX") is None:
-        return False
-    sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        import tensorboardX  # noqa: F401
-    except Exception:  # a broken install: left for Tunix's own import to report where it is used
-        for name in [m for m in sys.modules if m == "tensorboardX" or m.startswith("tensorboardX.")]:
-            del sys.modules[name]
-        return False
-    finally:
-        if sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
-    return True
-
-
-def scalar_listeners() -> list:
-    """The callbacks registered with ``jax.monitoring`` for scalar events (a copy)."""
-    from jax._src import monitoring
-
-    return list(monitoring._scalar_listeners)
-
-
-def drop_scalar_listeners_except(before: list) -> None:
-    """Unregister every ``jax.monitoring`` scalar listener not in ``before``.
-
-    Tunix's ``MetricsLogger.close`` relies on ``jax.monitoring.clear_event_listeners``,
-    which (jax 0.10) leaves scalar listeners registered: a second run in the same process
-    would otherwise keep writing to the first run's closed files.
-    """
-    from jax._src import monitoring
-
-    monitoring._scalar_listeners[:] = [f for f in monitoring._scalar_listeners if any(f is b for b in before)]
-
-
 def last_buffered_train_loss(trainer) -> float | None:
     """The loss of the step whose weights ``PeftTrainer`` is about to checkpoint.
 
@@ -152,6 +62,42 @@ def last_buffered_train_loss(trainer) -> float | None:
     """
     last = getattr(trainer, "_prev_buffered_train_metrics", None)
     return float(last.loss) if last is not None and last.losses else None
+
+
+TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
+
+
+def tunix_trainer_with_progress(metrics: tuple[str, ...]) -> type:
+    """Tunix's ``PeftTrainer`` whose progress bar shows ``metrics``.
+
+    ``PeftTrainer`` (Tunix 0.1.7) takes the progress bar's metric names from its private
+    property ``_tqdm_train_metrics`` (:data:`TQDM_METRICS_ATTRIBUTE`) and has no argument for
+    them; the subclass overrides that property. ``check()`` looks for it.
+    """
+    from tunix.sft import peft_trainer
+
+    names = list(metrics)
+    return type(
+        "PeftTrainerWithProgress", (peft_trainer.PeftTrainer,), {TQDM_METRICS_ATTRIBUTE: property(lambda self: names)}
+    )
+
+
+def tunix_guard_checkpoint_saves(trainer, before_save: Callable[[int, Any], None]) -> None:
+    """Call ``before_save(step, model)`` before each checkpoint ``trainer`` writes; it may raise to
+    refuse the save (then nothing is written).
+
+    ``PeftTrainer`` (Tunix 0.1.7) saves through ``trainer.checkpoint_manager.save(step, model,
+    ...)`` with no hook before it; that bound method is replaced on this trainer's manager only.
+    ``tests/train/test_train.py`` checks that a non-finite step leaves no checkpoint.
+    """
+    manager = trainer.checkpoint_manager
+    original_save = manager.save
+
+    def save(step, model, *args, **kwargs):
+        before_save(step, model)
+        return original_save(step, model, *args, **kwargs)
+
+    manager.save = save
 
 
 def tunix_gemma4_key_mapping(config) -> dict[str, Any]:
@@ -234,7 +180,7 @@ def _residual_routed_classes() -> tuple[type, type]:
                 raise TypeError(
                     "the residual-routed MoE expects (normed input, residual) from its layer's "
                     "moe_pre_ffw_norm: Tunix's DecoderLayer.block no longer passes it straight "
-                    "through; see cookbook.core.tunix_moe_routes_on_residual"
+                    "through; see cookbook.core.compat.tunix_moe_routes_on_residual"
                 )
             x, residual = inputs
             # transformers' Gemma4TextRouter: RMS-normalise (no learned scale), x scale / sqrt(D).
@@ -249,50 +195,69 @@ def _residual_routed_classes() -> tuple[type, type]:
     return _NormPassingResidual, _ResidualRoutedMoE
 
 
-TQDM_METRICS_ATTRIBUTE = "_tqdm_train_metrics"  # PeftTrainer property naming the progress-bar metrics
+def tunix_einsum_accepts_quantized() -> bool:
+    """Let Tunix's Gemma 4 ``Einsum`` run on a Qwix-quantized weight (QLoRA); idempotent.
 
-
-def check() -> dict[str, bool]:
-    """Whether each private name this module uses is where it expects (for the compat test)."""
-    from jax._src import monitoring
-    from jax._src.interpreters import partial_eval as pe
-    from qwix._src.core import dot_general as qdot
-    from qwix._src.core import einsum as qeinsum
-    from qwix._src.core import qarray
-    from qwix._src.providers import lora as qwix_lora
+    Tunix 0.1.7 (and Tunix main, August 2026) casts the weight with ``jnp.astype(w,
+    self.dtype)`` in ``Einsum.__call__``; for a Qwix PTQ weight (``WithAux`` around a
+    ``QArray``) that raises ``TypeError: astype requires ndarray or scalar arguments``, so
+    every attention projection of a quantized model fails while the MLP (``nnx.Linear``)
+    works. The replacement casts the quantized weight's dequantisation scale instead
+    (``QArray.astype``'s meaning) and calls the original for every plain array, so an
+    unquantized model computes exactly what it did. A weight Tunix scales (``w_scale``: E2B/E4B's
+    ``per_layer_model_projection``) gets the scale folded into its quantization scales. ``tests/core/test_compat.py`` checks
+    that the original still fails: when Tunix fixes it upstream, that test says to drop this.
+    Returns True when it installed the patch, False when it was already installed.
+    """
+    import jax.numpy as jnp
     from qwix._src.providers import ptq
-    from qwix._src.utils import flax_util
+    from tunix.models.gemma4 import model as gemma4_model
+
+    cls = gemma4_model.Einsum
+    if getattr(cls.__call__, "_cookbook_quantized_ok", False):
+        return False
+    original = cls.__call__
+
+    def __call__(self, x):
+        w = self.w  # Qwix PTQ puts its WithAux in the Param's place; an unquantized model keeps a Param
+        if not isinstance(w, ptq.WithAux):
+            return original(self, x)
+        array = w.array.astype(self.dtype)
+        if self.w_scale is not None:
+            # Tunix multiplies the weight by w_scale before its einsum (E2B/E4B's model-level
+            # per_layer_model_projection); on a quantized weight that is a multiply of its scales:
+            # (q - zero_point) * scale * w_scale dequantizes to the scaled weight, and a LoRA on
+            # this einsum stays unscaled, as on the unquantized model.
+            array = dataclasses.replace(array, scale=array.scale * jnp.asarray(self.w_scale, array.scale.dtype))
+        return jnp.einsum(self.einsum_str, jnp.astype(x, self.dtype), w.replace(array=array))
+
+    __call__._cookbook_quantized_ok = True  # type: ignore[attr-defined]
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__call__ = __call__
+    return True
+
+
+def checks() -> dict[str, bool]:
+    import inspect
+
     from tunix.models.gemma4 import model as gemma4_model
     from tunix.models.gemma4 import moe as gemma4_moe
     from tunix.models.gemma4 import params_safetensors
-    from tunix.sft import peft_trainer
+    from tunix.sft import checkpoint_manager, peft_trainer
     from tunix.utils import sharding_utils
 
     block_src = inspect.getsource(gemma4_model.DecoderLayer.block)
     return {
-        "qwix._src.providers.lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, ...)": list(
-            inspect.signature(qwix_lora._compute_lora_delta).parameters
-        )[:9]
-        == ["lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape", "remain_shape", "rank"],
-        "qwix._src.utils.flax_util.find_param and get_current_module": callable(getattr(flax_util, "find_param", None))
-        and callable(getattr(flax_util, "get_current_module", None)),
         "tunix.sft.peft_trainer._default_loss_fn": callable(getattr(peft_trainer, "_default_loss_fn", None)),
-        "jax DynamicJaxprTracer._origin_msg": callable(getattr(pe.DynamicJaxprTracer, "_origin_msg", None)),
         "tunix gemma4 model.shard": callable(getattr(gemma4_model, "shard", None)),
         "tunix sharding_utils.shard": callable(getattr(sharding_utils, "shard", None)),
-        "jax.monitoring._scalar_listeners": isinstance(getattr(monitoring, "_scalar_listeners", None), list),
         "PeftTrainer._tqdm_train_metrics": hasattr(peft_trainer.PeftTrainer, TQDM_METRICS_ATTRIBUTE),
-        "qwix._src.providers.ptq.WithAux with a replaceable array": hasattr(ptq.WithAux, "replace")
-        and "array" in getattr(ptq.WithAux, "__dataclass_fields__", {}),
+        "PeftTrainer saves through self.checkpoint_manager.save(": "self.checkpoint_manager.save("
+        in open(peft_trainer.__file__).read()
+        and callable(getattr(checkpoint_manager.CheckpointManager, "save", None)),
         "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str": all(
             n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")
         ),
-        "qwix._src.core dot_general, einsum, QArray; PtqProvider._dot_general_fn / _einsum_fn": callable(
-            getattr(qdot, "dot_general", None)
-        )
-        and callable(getattr(qeinsum, "einsum", None))
-        and isinstance(getattr(qarray, "QArray", None), type)
-        and all(f"self.{n}" in open(ptq.__file__).read() for n in ("_dot_general_fn", "_einsum_fn")),
         "PeftTrainer buffers _prev_buffered_train_metrics": "_prev_buffered_train_metrics"
         in open(peft_trainer.__file__).read(),
         "tunix gemma4 params_safetensors._get_key_and_transform_mapping and _make_preprocess_fn": callable(
