@@ -14,6 +14,10 @@ Reads the source only (``ast``; nothing is imported or run):
   it has one), and who uses each from outside its package: a notebook, the package's other
   users (other packages, the command line), or only tests, benchmarks and scripts.
 * **collisions**: one exported name bound to different objects in different packages.
+* ``--train-resolutions DIR`` (runs code): one ``cookbook train --max-steps 2 --out DIR`` in this
+  process, counting how often it builds a ``TrainConfig`` (construction and validation, each
+  ``replace`` included), calls ``models.get_preset`` (and how often with a name, a lookup), and reads ``recipe.json``; twice,
+  a fresh run and then its resume.
 
 Written by hand: no linter counts these. ``--json`` writes the whole record; the default prints
 the summary table.
@@ -296,6 +300,52 @@ def api_metrics(repo: Path = REPO) -> dict:
     }
 
 
+def train_resolutions(run_dir: Path) -> dict[str, dict[str, int]]:
+    """How often one ``cookbook train`` resolves its config: a fresh 2-step run, then its resume."""
+    import pathlib
+
+    from cookbook import core
+
+    core.setup_runtime_env()
+    from cookbook import harness, models, train
+
+    counts: Counter = Counter()
+    post_init = train.TrainConfig.__post_init__
+    presets = models._presets.get_preset  # the one lookup every module calls through models
+    read_text = pathlib.Path.read_text
+
+    def counting_post_init(self):
+        counts["TrainConfig built and validated"] += 1
+        return post_init(self)
+
+    def counting_get_preset(name):
+        counts["models.get_preset called"] += 1
+        if isinstance(name, str):
+            counts["model preset looked up by name"] += 1
+        return presets(name)
+
+    def counting_read_text(self, *a, **k):
+        if self.name == "recipe.json":
+            counts["recipe.json read"] += 1
+        return read_text(self, *a, **k)
+
+    out = {}
+    saved = (train.TrainConfig.__post_init__, models.get_preset, models._presets.get_preset, pathlib.Path.read_text)
+    train.TrainConfig.__post_init__ = counting_post_init
+    models.get_preset = models._presets.get_preset = counting_get_preset
+    pathlib.Path.read_text = counting_read_text
+    try:
+        for label in ("fresh run", "resume"):
+            counts.clear()
+            code = harness.main(["train", "--out", str(run_dir), "--max-steps", "2", "--warmup-steps", "1"])
+            if code != 0:
+                raise SystemExit(f"cookbook train exited {code}")
+            out[label] = dict(counts)
+    finally:
+        (train.TrainConfig.__post_init__, models.get_preset, models._presets.get_preset, pathlib.Path.read_text) = saved
+    return out
+
+
 def summary(m: dict) -> str:
     out = ["notebook            code  logic  record  own-stage share (of names used)"]
     for stem, n in m["notebooks"].items():
@@ -320,9 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="write the whole record here")
     ap.add_argument("--logic", action="store_true", help="list each notebook's logic statements")
+    ap.add_argument("--train-resolutions", type=Path, metavar="DIR", help="count one cookbook train's config work")
     args = ap.parse_args(argv)
     m = api_metrics()
+    if args.train_resolutions:
+        m["train_resolutions"] = train_resolutions(args.train_resolutions)
     print(summary(m))
+    for label, counts in m.get("train_resolutions", {}).items():
+        print(f"cookbook train, {label}: " + ", ".join(f"{k} {v}x" for k, v in counts.items()))
     if args.logic:
         for stem, n in m["notebooks"].items():
             print(f"\n{stem}:" + "".join(f"\n  {s}" for s in n["logic_statements"]))
