@@ -26,6 +26,8 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from cookbook import core, models
 from cookbook.lora._config import LoraConfig
@@ -182,6 +184,45 @@ def quantized_bytes(
         channels = math.prod(d for i, d in enumerate(w.shape) if i not in w.contracting_axes)
         scales += scale_bytes * channels * (w.tiled_dim // tile if tile else 1)
     return {"values": values, "scales": scales, "bf16": bf16}
+
+
+def quantized_memory_table(
+    presets: Sequence[str | models.ModelPreset], *, tile: int | None = None
+) -> list[dict[str, Any]]:
+    """The decoder projections' memory under each of :data:`QUANT_TYPES`, per preset (repeats
+    dropped): ``{"preset", "quantize", "tile", "bf16 GiB", "quantized GiB", "ratio"}`` rows, the
+    quantized size being values plus scales (:func:`quantized_bytes`).
+
+    ``tile`` is the first preset's (the run's; None: :func:`default_quant_tile`); every other
+    preset, shown for comparison, takes its default tile.
+    """
+    rows = []
+    names = list(dict.fromkeys(models.get_preset(p).name for p in presets))
+    for i, name in enumerate(names):
+        t = tile if i == 0 and tile else default_quant_tile(name)
+        for kind in QUANT_TYPES:
+            b = quantized_bytes(name, kind, t)
+            q = b["values"] + b["scales"]
+            rows.append(
+                {
+                    "preset": name,
+                    "quantize": kind,
+                    "tile": t,
+                    "bf16 GiB": b["bf16"] / 2**30,
+                    "quantized GiB": q / 2**30,
+                    "ratio": q / b["bf16"],
+                }
+            )
+    return rows
+
+
+def format_quantized_memory(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per :func:`quantized_memory_table` row."""
+    return "\n".join(
+        f"{m['preset']:>11} {m['quantize']:>4} tile {m['tile']:>3}: decoder projections {m['bf16 GiB']:8.3f} GiB "
+        f"bf16 -> {m['quantized GiB']:8.3f} GiB ({m['ratio']:.1%})"
+        for m in rows
+    )
 
 
 def lora_rules(

@@ -231,3 +231,21 @@ def test_each_dequantization_waits_for_its_activation_and_values_are_qwixs(qlora
     # Jitted, the barrier changes how XLA fuses, so float32 sums round differently: measured
     # 1e-5 x the largest gradient here (eager logits are identical); 2e-4 allows 20x that.
     assert scale > 0 and worst < 2e-4
+
+
+def test_quantized_memory_table_per_preset_and_kind():
+    """Notebook 06's QLoRA memory table: the run's preset at its tile, the others at their default,
+    each preset once. Independent of how it is summed: int8 and fp8 store a byte per value and nf4
+    half a byte, with the same scales, so int8's ratio is nf4's plus exactly 0.25 (of bf16's 2
+    bytes); a 4-byte scale per ``tile`` values adds at most 2 / tile to nf4's 0.25."""
+    rows = lora.quantized_memory_table(["tiny", "gemma4_31b", "tiny"], tile=32)
+    assert [(r["preset"], r["quantize"], r["tile"]) for r in rows] == [
+        (p, k, t) for p, t in (("tiny", 32), ("gemma4_31b", 128)) for k in lora.QUANT_TYPES
+    ]
+    for preset in ("tiny", "gemma4_31b"):
+        by = {r["quantize"]: r for r in rows if r["preset"] == preset}
+        assert by["int8"]["ratio"] == pytest.approx(by["nf4"]["ratio"] + 0.25) == pytest.approx(by["fp8"]["ratio"])
+        assert 0.25 < by["nf4"]["ratio"] <= 0.25 + 2 / by["nf4"]["tile"]
+        assert by["nf4"]["quantized GiB"] == pytest.approx(by["nf4"]["ratio"] * by["nf4"]["bf16 GiB"])
+    assert [r["tile"] for r in lora.quantized_memory_table(["tiny"])] == [lora.default_quant_tile("tiny")] * 3
+    assert len(lora.format_quantized_memory(rows).splitlines()) == len(rows)
