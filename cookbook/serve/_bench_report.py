@@ -39,6 +39,31 @@ def plot_throughput_latency(points: list[dict[str, Any]], latency: str = "ttft_m
     return ax
 
 
+def plot_bench(points: list[dict[str, Any]]):
+    """Notebook 08's figure: the TTFT distribution of each engine at the highest concurrency
+    measured, beside output tokens/s against p50 end-to-end latency. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    top = max(p["concurrency"] for p in points)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    plot_latency_distribution([p for p in points if p["concurrency"] == top], "ttft_ms", ax=axes[0])
+    plot_throughput_latency(points, "e2e_ms", ax=axes[1])
+    axes[0].set_title(f"TTFT at concurrency {top}")
+    axes[1].set_title("throughput against latency")
+    return fig
+
+
+def speedup(points: list[dict[str, Any]], *, label: str = "vllm", over: str = "transformers") -> tuple[float, int]:
+    """``label``'s output tokens/s over ``over``'s at the highest concurrency both measured:
+    ``(ratio, concurrency)``."""
+    by = {(p["label"], p["concurrency"]): p for p in points}
+    shared = [c for lab, c in by if lab == label and (over, c) in by]
+    if not shared:
+        raise ValueError(f"no concurrency measured for both {label!r} and {over!r}")
+    top = max(shared)
+    return by[(label, top)]["output_tok_s"] / by[(over, top)]["output_tok_s"], top
+
+
 def table(points: list[dict[str, Any]]) -> str:
     """A small text table of points."""
     head = f"{'engine':<14}{'conc':>5}{'tok/s':>9}{'TTFT p50':>10}{'p99':>9}{'TPOT p50':>10}{'E2E p50':>10}"

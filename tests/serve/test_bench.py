@@ -261,3 +261,26 @@ def test_no_api_key_reaches_bench_json_or_the_table(misbehaving_server, tmp_path
     assert points[0]["errors"][0].startswith("ClientResponseError: 400") and "Content-Length" in points[0]["errors"][0]
     assert points[1]["errors"][0].startswith("HTTP 401: bad token: Bearer <redacted>"), points[1]["errors"]
     assert serve._bench.redact("'Authorization': 'Bearer other-token'") == "'Authorization': 'Bearer <redacted>'"
+
+
+def test_speedup_and_the_bench_figure_at_the_highest_shared_concurrency():
+    def point(label, c, tok_s):
+        return {
+            "label": label,
+            "concurrency": c,
+            "output_tok_s": tok_s,
+            "ttft_ms": {"p50": 10.0 * c},
+            "e2e_ms": {"p50": 20.0 * c},
+            "samples": {"ttft_ms": [float(c), 2.0 * c, 3.0 * c]},
+        }
+
+    points = [point("vllm", 1, 50), point("vllm", 4, 180), point("vllm", 16, 400)]
+    points += [point("transformers", 1, 40), point("transformers", 4, 60)]  # not run at 16
+    assert serve.speedup(points) == (3.0, 4)  # 180 / 60, the highest concurrency both ran
+    assert serve.speedup(points, label="transformers", over="vllm") == (60 / 180, 4)
+    with pytest.raises(ValueError, match="no concurrency measured for both"):
+        serve.speedup(points[:3])
+    fig = serve.plot_bench(points)
+    left, right = fig.axes
+    assert left.get_title() == "TTFT at concurrency 16" and len(left.patches) == 30  # one engine ran at 16
+    assert right.get_title() == "throughput against latency" and len(right.lines) == 2
