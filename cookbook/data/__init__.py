@@ -11,7 +11,7 @@ sharded on the mesh's data axis (``_pipeline``). A batch is Tunix ``TrainingInpu
 sample task is ``_sample_task``.
 """
 
-from cookbook.data._cli import inspect, marked, plot_lengths  # noqa: F401
+from cookbook.data._cli import inspect, marked, marked_tokens, plot_lengths  # noqa: F401
 from cookbook.data._cli import register_cli as register_data_cli  # noqa: F401
 from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
 from cookbook.data._formats import FORMATS, parse_columns, split_think  # noqa: F401

@@ -18,7 +18,7 @@ from cookbook import core
 from cookbook.data._config import DataConfig
 from cookbook.data._formats import FORMATS
 from cookbook.data._rows import DataError, read_rows, to_conversation
-from cookbook.data._tokenize import prepare_examples, render, trained_spans
+from cookbook.data._tokenize import prepare_examples, render, tokenize_chat, trained_spans
 
 OPEN, CLOSE = "[[", "]]"  # how the text view marks what the loss covers
 
@@ -155,6 +155,19 @@ def marked(text: str, spans: list[list[int]]) -> str:
         out += [text[pos:start], OPEN, text[start:end], CLOSE]
         pos = end
     return "".join([*out, text[pos:]])
+
+
+def marked_tokens(tokenizer, row: dict) -> str:
+    """A row as the trainer tokenises it (``tokenize_chat``), each run of trained tokens between
+    :data:`OPEN` and :data:`CLOSE`: the loss mask at the token level."""
+    ids, mask = tokenize_chat(tokenizer, row)
+    out, inside = [], False
+    for token, trained in zip(ids, mask, strict=True):
+        if bool(trained) != inside:
+            out.append(OPEN if trained else CLOSE)
+            inside = bool(trained)
+        out.append(tokenizer.decode([int(token)]))
+    return "".join(out + ([CLOSE] if inside else []))
 
 
 @core.user_errors("data", DataError, code=1)

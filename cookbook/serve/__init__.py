@@ -16,8 +16,8 @@ from cookbook.serve._bench import (  # noqa: F401
 from cookbook.serve._bench_hf import hf_generate_point, load_hf_model  # noqa: F401
 from cookbook.serve._bench_report import (  # noqa: F401
     committed_benchmark,
-    plot_bench,
     plot_latency_distribution,
+    plot_load_test,
     plot_throughput_latency,
     speedup,
     table,

@@ -39,7 +39,7 @@ def plot_throughput_latency(points: list[dict[str, Any]], latency: str = "ttft_m
     return ax
 
 
-def plot_bench(points: list[dict[str, Any]]):
+def plot_load_test(points: list[dict[str, Any]]):
     """Notebook 08's figure: the TTFT distribution of each engine at the highest concurrency
     measured, beside output tokens/s against p50 end-to-end latency. Returns the figure."""
     import matplotlib.pyplot as plt

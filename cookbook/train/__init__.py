@@ -33,6 +33,7 @@ from cookbook.train._runs import (  # noqa: F401
     resolve_base_dir,
     restore_lora_model,
     result_determinants,
+    run_summary,
     train_rows,
 )
 from cookbook.train._trainer import NonFiniteLossError, TrainResult, ensure_trained, train  # noqa: F401

@@ -120,6 +120,15 @@ def load_recipe(run_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def run_summary(run_dir: str | Path) -> dict[str, Any]:
+    """What a finished run recorded (``RUN_DIR/summary.json``): final step, training time, tokens/s,
+    the last train and eval losses, the data report, the checkpoints kept."""
+    path = Path(run_dir) / _DONE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the run in {run_dir} has not finished (rerun `cookbook train`)")
+    return json.loads(path.read_text())
+
+
 def check_run_base(run_dir: str | Path) -> Path:
     """The base checkpoint ``run_dir`` trained on, refused if the weights at its recorded path
     are no longer the ones it trained on (compared by content fingerprint; a run recorded before

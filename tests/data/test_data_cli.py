@@ -81,3 +81,19 @@ def test_bad_flags_are_one_line_errors(rows_file, tiny_base, capsys):
     assert main(["data", "--data", str(rows_file.with_name("missing.jsonl")), "--base", str(tiny_base)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the file does not exist" in err
+
+
+def test_marked_tokens_is_the_loss_mask_token_by_token(tiny_base):
+    """Notebook 06's view of a thinking row: the markers enclose exactly the trained tokens, one pair
+    per run of them, and removed they leave the row's tokens decoded one by one."""
+    tokenizer = data.load_tokenizer(base_dir=tiny_base)
+    (row,) = data.generate_rows("train", n=1, seed=0, thinking=True)
+    ids, mask = data.tokenize_chat(tokenizer, row)
+    view = data.marked_tokens(tokenizer, row)
+    runs = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+    assert runs >= 1 and view.count("[[") == view.count("]]") == runs
+    assert view.replace("[[", "").replace("]]", "") == "".join(tokenizer.decode([int(t)]) for t in ids)
+    inside = "".join(part.split("]]")[0] for part in view.split("[[")[1:])
+    assert inside == "".join(tokenizer.decode([int(t)]) for t, m in zip(ids, mask, strict=True) if m)
+    assert data.thought_of(row) in inside  # the thought is trained, the prompt is not
+    assert data.prompt_of(row) not in inside

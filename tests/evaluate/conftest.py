@@ -94,17 +94,19 @@ def tiny_thinking(iverilog):
         )
         > 0
     )
-    sampling = evaluate.GREEDY.replace(max_tokens=data.answer_budget(tokenizer, problems) + channel)
     model = train.restore_lora_model(run_dir)
-    generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, sampling, batch_size=48, thinking=True)
+    held_out = evaluate.held_out_greedy(model, tokenizer, rows, thinking=True, batch_size=48)
+    assert held_out.sampling.max_tokens == data.answer_budget(tokenizer, problems) + channel
+    assert [p.name for p in held_out.problems] == [p.name for p in problems]
     return types.SimpleNamespace(
         run_dir=run_dir,
         rows=rows,
         problems=problems,
         tokenizer=tokenizer,
         model=model,
-        sampling=sampling,
-        generation=generation,
-        sampler=sampler,
-        scores=evaluate.score_generation(problems, generation),
+        sampling=held_out.sampling,
+        generation=held_out.generation,
+        sampler=held_out.sampler,
+        scores=held_out.scores,
+        held_out=held_out,
     )

@@ -178,6 +178,8 @@ def test_the_thinking_run_thinks_then_answers(tiny_thinking):
     thoughts = [_thought_in(p.completions[0]) for p in scores.problems]
     right = sum(t == data.thought_of(r) for t, r in zip(thoughts, rows, strict=True))
     assert right >= outcome_bound("thinking", "thoughts_right", 48) * len(rows)
+    # evaluate.held_out_greedy's count (the row's thought anywhere in the completion) holds these.
+    assert right <= tiny_thinking.held_out.thoughts_right <= len(rows)
     # `cookbook train ... --eval-accuracy N` (train.evaluate): prompted with thinking on, as trained,
     # with room for the thought, and judged on the answer: the same completions as above.
     res = train.evaluate(tiny_thinking.model, tiny_thinking.tokenizer, rows, batch_size=48)

@@ -280,7 +280,7 @@ def test_speedup_and_the_bench_figure_at_the_highest_shared_concurrency():
     assert serve.speedup(points, label="transformers", over="vllm") == (60 / 180, 4)
     with pytest.raises(ValueError, match="no concurrency measured for both"):
         serve.speedup(points[:3])
-    fig = serve.plot_bench(points)
+    fig = serve.plot_load_test(points)
     left, right = fig.axes
     assert left.get_title() == "TTFT at concurrency 16" and len(left.patches) == 30  # one engine ran at 16
     assert right.get_title() == "throughput against latency" and len(right.lines) == 2
