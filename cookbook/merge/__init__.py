@@ -7,6 +7,12 @@ from cookbook.merge._checkpoint import (  # noqa: F401
     open_lora_checkpoint,
     read_lora,
 )
+from cookbook.merge._layouts import (  # noqa: F401
+    BENCH_COLUMNS,
+    adapter_summary,
+    extrapolation_summary,
+    verify_layouts,
+)
 from cookbook.merge._merge import (  # noqa: F401
     STOP_TOKENS,
     export_peft,

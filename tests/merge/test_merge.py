@@ -426,3 +426,21 @@ def test_generation_config_stops_on_every_gemma4_stop_token(tiny_base, tmp_path)
     gen.unlink()
     merge.merge_lora(base, None, tmp_path / "none", preset="tiny", progress=False)
     assert json.loads((tmp_path / "none" / "generation_config.json").read_text()) == {"eos_token_id": want}
+
+
+def test_the_31b_extrapolation_summary_in_readable_units():
+    """Notebook 07's table of the committed 31B-width benchmark: bf16 bytes of 31B's parameters,
+    minutes from seconds, and NaN, not a KeyError, for a figure the benchmark did not measure."""
+    from cookbook import merge, models
+
+    bench = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/merge_bench.json").read_text())
+    extrap = merge.extrapolate_merge(bench, "gemma4_31b")
+    summary = merge.extrapolation_summary(extrap)
+    assert summary["model GB"] == pytest.approx(2 * models.get_preset("gemma4_31b").num_params() / 1e9)
+    assert summary["merge minutes (extrapolated)"] * 60 == pytest.approx(extrap["merge_seconds"])
+    assert summary["merge peak RSS GiB"] < summary["Tunix saver peak RSS GiB (extrapolated)"]  # streamed vs in RAM
+    partial = {k: v for k, v in extrap.items() if k not in ("merge_cpu_seconds", "tunix_peak_rss_bytes")}
+    assert np.isnan(merge.extrapolation_summary(partial)["merge CPU minutes (extrapolated)"])
+    assert list(merge.BENCH_COLUMNS)[:2] == ["layers", "base_bytes"] and set(merge.BENCH_COLUMNS) <= set(
+        bench["runs"][0]
+    )
