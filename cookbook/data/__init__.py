@@ -11,14 +11,16 @@ sharded on the mesh's data axis (``_pipeline``). A batch is Tunix ``TrainingInpu
 sample task is ``_sample_task``.
 """
 
-from cookbook.data._cli import inspect, marked, marked_tokens, plot_lengths  # noqa: F401
+from cookbook.data._cli import format_view, inspect, marked, marked_tokens, plot_lengths  # noqa: F401
 from cookbook.data._cli import register_cli as register_data_cli  # noqa: F401
 from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
+from cookbook.data._examples import format_example_checks, format_examples, long_thought_rows  # noqa: F401
 from cookbook.data._formats import FORMATS, parse_columns, split_think  # noqa: F401
 from cookbook.data._pipeline import (  # noqa: F401
     TrainIterator,
     build_dataset,
     check_process_split,
+    format_packing,
     iter_batches,
     make_train_iter,
     measure_throughput,
@@ -27,6 +29,7 @@ from cookbook.data._pipeline import (  # noqa: F401
     plot_batch_layout,
     process_rows,
     real_token_fraction,
+    resume_replays,
     segment_attention_mask,
     shard_batch,
 )

@@ -157,6 +157,20 @@ def marked(text: str, spans: list[list[int]]) -> str:
     return "".join([*out, text[pos:]])
 
 
+def format_view(view: dict[str, Any]) -> str:
+    """:func:`inspect`'s result as ``cookbook data`` prints it: the report's summary (or why the
+    data could not be read), then each shown row with its trained spans marked."""
+    if view["report"] is None:
+        return view["error"]
+    out = [view["summary"]]
+    for r in view["rows"]:
+        out.append(
+            f"\n--- row {r['row']}: {r['num_tokens']} tokens, {r['num_trained_tokens']} trained "
+            f"(between {OPEN} and {CLOSE}) ---\n" + marked(r["text"], r["trained_spans"])
+        )
+    return "\n".join(out)
+
+
 def marked_tokens(tokenizer, row: dict) -> str:
     """A row as the trainer tokenises it (``tokenize_chat``), each run of trained tokens between
     :data:`OPEN` and :data:`CLOSE`: the loss mask at the token level."""
@@ -194,13 +208,7 @@ def _cli(args: argparse.Namespace) -> int:
     elif result["report"] is None:
         print(f"cookbook data: {result['error']}", file=sys.stderr)
     else:
-        print(result["summary"])
-        for r in result["rows"]:
-            print(
-                f"\n--- row {r['row']}: {r['num_tokens']} tokens, {r['num_trained_tokens']} trained "
-                f"(between {OPEN} and {CLOSE}) ---"
-            )
-            print(marked(r["text"], r["trained_spans"]))
+        print(format_view(result))
     report = result["report"]
     if report is None or not report["trainable"]:
         if report is not None and not args.json:

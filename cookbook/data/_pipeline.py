@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import itertools
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -379,6 +380,24 @@ def packing_efficiency(examples: Sequence[Example], *, seq_len: int, batch_size:
         "real_fraction_packed": real_token_fraction(packed),
         "real_fraction_padded_to_longest": real_token_fraction(epoch(False, longest)),
     }
+
+
+def format_packing(eff: dict[str, Any]) -> str:
+    """:func:`packing_efficiency`'s three real-token fractions, one line each."""
+    rows = (
+        (f"padding to {eff['seq_len']}", "real_fraction_padded"),
+        (f"packing into {eff['seq_len']}", "real_fraction_packed"),
+        (f"padding to {eff['longest']} (this data's longest)", "real_fraction_padded_to_longest"),
+    )
+    return "\n".join(f"{name:>40}: {eff[key]:.1%} real tokens" for name, key in rows)
+
+
+def resume_replays(examples: Sequence[Example], config: DataConfig, *, mesh=None, at: int = 5, steps: int = 10) -> bool:
+    """Whether an iterator started at step ``at`` (as a resumed run starts it) yields exactly the
+    batches ``at + 1 .. steps`` of one that ran from the start."""
+    whole = [np.asarray(b["input_tokens"]) for b in itertools.islice(iter_batches(examples, config, mesh=mesh), steps)]
+    resumed = iter_batches(examples, config, mesh=mesh, start_step=at)
+    return all(np.array_equal(np.asarray(next(resumed)["input_tokens"]), whole[k]) for k in range(at, steps))
 
 
 def plot_batch_layout(padded: dict, packed: dict):
