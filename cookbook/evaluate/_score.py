@@ -145,6 +145,16 @@ class Scores:
     def per_problem(self) -> list[dict[str, Any]]:
         return [p.as_dict(self.ks) for p in self.problems]
 
+    def write_per_problem(self, path: str | Path) -> Path:
+        """Every problem's samples, outcomes and seeds, one JSON line per problem."""
+        path = Path(path)
+        path.write_text("".join(json.dumps(r) + "\n" for r in self.per_problem()))
+        return path
+
+    def same_outcomes(self, other: Scores) -> bool:
+        """Whether each problem's first sample had the same outcome in ``other`` (same problems)."""
+        return [p.results[0].outcome for p in self.problems] == [p.results[0].outcome for p in other.problems]
+
 
 def check_completions(
     problems: Sequence[Problem], completions: Mapping[str, Sequence[str]], ks: Sequence[int] = (1,)

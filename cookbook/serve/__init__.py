@@ -13,7 +13,7 @@ from cookbook.serve._bench import (  # noqa: F401
     sweep,
     vllm_bench_point,
 )
-from cookbook.serve._bench_hf import hf_generate_point, load_hf_model  # noqa: F401
+from cookbook.serve._bench_hf import hf_generate_point, hf_sweep, load_hf_model  # noqa: F401
 from cookbook.serve._bench_report import (  # noqa: F401
     committed_benchmark,
     plot_latency_distribution,
@@ -26,6 +26,7 @@ from cookbook.serve._bench_report import (  # noqa: F401
 from cookbook.serve._check import (  # noqa: F401
     agreement,
     compare_greedy,
+    greedy_parity,
     hf_greedy,
     served_completions,
     served_exact_match,

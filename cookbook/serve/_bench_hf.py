@@ -88,3 +88,8 @@ def hf_generate_point(
                 )
         duration = time.perf_counter() - t0
     return summarize(results, duration, label=label, concurrency=concurrency, request_rate=None, output_len=output_len)
+
+
+def hf_sweep(model, prompts: list[list[int]], output_len: int, concurrencies: list[int]) -> list[dict[str, Any]]:
+    """One :func:`hf_generate_point` per concurrency: the transformers baseline beside ``sweep``'s points."""
+    return [hf_generate_point(model, prompts, output_len, concurrency=c) for c in concurrencies]

@@ -38,6 +38,17 @@ def served_completions(
     return out
 
 
+def greedy_parity(client, model: str, model_dir: str | Path, tokenizer, rows: list[dict]) -> dict[str, Any]:
+    """:func:`compare_greedy` of the server's greedy answers to ``rows``' prompts (as token ids)
+    against transformers ``generate`` on ``model_dir``, both within the rows' answer budget."""
+    prompts = [data.prompt_ids(tokenizer, r) for r in rows]
+    budget = data.answer_budget(tokenizer, rows, slack=8)
+    return compare_greedy(
+        served_completions(client, model, prompts, max_tokens=budget),
+        hf_greedy(model_dir, prompts, max_new_tokens=budget),
+    )
+
+
 def served_exact_match(
     client, model: str, tokenizer, rows: list[dict], *, max_tokens: int | None = None
 ) -> dict[str, Any]:

@@ -60,6 +60,17 @@ def test_scoring_a_problem_set(adder8):
     json.dumps(scores.per_problem())  # every result is JSON
 
 
+def test_per_problem_file_and_outcome_agreement(adder8, tmp_path):
+    wrong = adder8.answer.replace("a + b", "a - b")
+    right = evaluate.score([adder8], {"Prob001_add8": [adder8.answer]})
+    also_right = evaluate.score([adder8], {"Prob001_add8": [adder8.answer.replace("assign", "assign ")]})
+    mismatch = evaluate.score([adder8], {"Prob001_add8": [wrong]})
+    assert right.same_outcomes(also_right) and not right.same_outcomes(mismatch)
+    path = mismatch.write_per_problem(tmp_path / "per_problem.jsonl")
+    (line,) = path.read_text().splitlines()
+    assert json.loads(line)["outcomes"] == ["mismatch"] and json.loads(line)["samples"][0]["completion"] == wrong
+
+
 def test_only_the_answer_after_the_thought_is_scored(adder8, tmp_path, capsys):
     """A thinking model's completion (Gemma 4's thought channel, or R1's <think> tags): the module
     inside the thought never counts, through score() and through `cookbook eval --completions`."""
