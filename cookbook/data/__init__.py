@@ -59,6 +59,7 @@ from cookbook.data._sample_task import (  # noqa: F401
     make_row,
     module_names,
     prompt_of,
+    show_completions,
     thought_budget,
     thought_for,
     thought_of,

@@ -198,6 +198,17 @@ def thought_of(row: dict) -> str | None:
     raise KeyError(f"row has no 'assistant' turn: {row!r}")
 
 
+def show_completions(rows: Sequence[dict], completions: Sequence[str], n: int = 3) -> str:
+    """The first ``n`` rows' prompts and cleaned completions marked ``[OK ]`` / ``[BAD]`` by exact
+    match, then the first miss among all rows (if any)."""
+    pairs = list(zip(rows, completions, strict=True))
+    lines = [f"[{'OK ' if exact_match(c, r) else 'BAD'}] {prompt_of(r)}\n{clean_completion(c)}\n" for r, c in pairs[:n]]
+    miss = next(((r, c) for r, c in pairs if not exact_match(c, r)), None)
+    if miss:
+        lines.append(f"one miss: {prompt_of(miss[0])} -> {clean_completion(miss[1])!r}")
+    return "\n".join(lines)
+
+
 def answer_budget(tokenizer, items: Sequence, *, slack: int = 16) -> int:
     """New tokens to allow for an answer: the longest reference answer of ``items`` plus ``slack``.
 

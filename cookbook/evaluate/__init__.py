@@ -20,7 +20,13 @@ from cookbook.evaluate._generate import (  # noqa: F401
     transformers_samples,
     tunix_samples,
 )
-from cookbook.evaluate._held_out import HeldOutResult, greedy_sampling, held_out_greedy  # noqa: F401
+from cookbook.evaluate._held_out import (  # noqa: F401
+    HeldOutResult,
+    format_judged,
+    greedy_sampling,
+    held_out_greedy,
+    judge_rewrites,
+)
 from cookbook.evaluate._problems import (  # noqa: F401
     REF_MODULE,
     Problem,

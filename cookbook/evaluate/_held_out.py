@@ -4,7 +4,8 @@ The rows become verilog-eval problems (:func:`sample_task_problems`), Tunix's sa
 each greedily within the answer budget (plus the longest thought channel for a thinking run,
 ``cookbook.data.answer_budget`` / ``thought_budget``), and Icarus Verilog scores the answers;
 for a thinking run, whether each row's thought appears in its completion is counted too.
-Notebook 06 (section 11) and the thinking tests read the same :class:`HeldOutResult`.
+Notebook 06 (section 11) and the thinking tests read the same :class:`HeldOutResult`; notebook 06
+shows what each metric says of hand-made answers with :func:`judge_rewrites`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 
 from cookbook import data as data_lib
 from cookbook.evaluate._generate import GREEDY, Generation, SamplingConfig, tunix_samples
-from cookbook.evaluate._problems import Problem, sample_task_problems
+from cookbook.evaluate._problems import Problem, rewrites, sample_task_problems
 from cookbook.evaluate._score import Scores, score_generation
+from cookbook.evaluate._simulate import simulate
 
 
 def greedy_sampling(tokenizer, rows: list[dict], *, thinking: bool = False) -> SamplingConfig:
@@ -70,4 +72,21 @@ def held_out_greedy(model, tokenizer, rows: list[dict], *, thinking: bool = Fals
         scores=score_generation(problems, generation),
         thinking=thinking,
         sampler=sampler,
+    )
+
+
+def judge_rewrites(problem: Problem, row: dict) -> list[dict[str, Any]]:
+    """What each metric says of :func:`rewrites`' hand-made answers to ``problem`` (its ``row``):
+    ``{"answer", "exact_match", "outcome", "detail", ...}`` per answer (notebook 06)."""
+    return [
+        {"answer": label, "exact_match": data_lib.exact_match(c, row), **simulate(problem, c).as_dict()}
+        for label, c in rewrites(problem).items()
+    ]
+
+
+def format_judged(judged: list[dict[str, Any]]) -> str:
+    """:func:`judge_rewrites`' verdicts, one line per answer."""
+    return "\n".join(
+        f"{j['answer']:48} exact match {j['exact_match']!s:5}  simulator: {j['outcome']:13} {j['detail'][:60]}"
+        for j in judged
     )

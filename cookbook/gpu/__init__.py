@@ -15,6 +15,6 @@ from cookbook.gpu._recipe import (  # noqa: F401
     peft_target_regex,
     write_gpu_recipe,
 )
+from cookbook.gpu._recipe_cli import format_summary, summary  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_cli import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
-from cookbook.gpu._recipe_cli import summary  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_dir import RECIPE_FILES, check_recipe_dir  # noqa: E402, F401, I001

@@ -33,6 +33,11 @@ def summary(recipe: GpuRecipe) -> dict[str, Any]:
     }
 
 
+def format_summary(recipe: GpuRecipe) -> str:
+    """:func:`summary`, one setting per line."""
+    return "\n".join(f"{key:34} {value}" for key, value in summary(recipe).items())
+
+
 # ----------------------------------------------------------------------------------------
 # Command line: cookbook gpu-recipe
 

@@ -114,6 +114,14 @@ class TrainConfig:
                 changes[key] = dataclasses.replace(getattr(self, key), **changes[key])
         return dataclasses.replace(self, **changes)
 
+    def with_overrides(self, *, max_steps: int = 0, learning_rate: float = 0.0, lora_rank: int = 0) -> TrainConfig:
+        """A notebook's parameters on this recipe: each given as 0 keeps the recipe's; a LoRA rank
+        keeps the recipe's alpha / rank (so the update's scale stays the same)."""
+        changes: dict[str, Any] = {k: v for k, v in (("max_steps", max_steps), ("learning_rate", learning_rate)) if v}
+        if lora_rank:
+            changes["lora"] = {"rank": lora_rank, "alpha": self.lora.scale * lora_rank}
+        return self.replace(**changes) if changes else self
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out["sample_task"] == "plain":  # the field came later: plain runs keep their recipe and key

@@ -121,3 +121,13 @@ def test_the_answer_is_judged_never_the_thought():
     assert not data.exact_match(f"<think>{answer}</think>{wrong}", row)
     assert not data.exact_match(f"{answer}</think>{wrong}", row)  # a closing tag alone ends a thought
     assert data.clean_completion(f"{channel.format('a')}x{channel.format('b')}y") == "xy"  # every span
+
+
+def test_show_completions_marks_exact_matches_and_names_the_first_miss():
+    rows = data.generate_rows("eval", n=4, seed=0)
+    answers = [data.answer_of(r) for r in rows]
+    completions = [answers[0] + "<turn|>", answers[1], "module nope(); endmodule", answers[3]]
+    shown = data.show_completions(rows, completions, n=2)
+    assert shown.count("[OK ]") == 2 and "[BAD]" not in shown  # the first two, both right
+    assert shown.splitlines()[-1] == f"one miss: {data.prompt_of(rows[2])} -> 'module nope(); endmodule'"
+    assert "one miss" not in data.show_completions(rows[:2], completions[:2], n=1)

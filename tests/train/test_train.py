@@ -174,6 +174,16 @@ def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_bas
 
 
 @pytest.mark.jax_only
+def test_with_overrides_keeps_the_recipe_where_a_parameter_is_zero():
+    tiny = train.train_preset("tiny")
+    assert tiny.with_overrides() is tiny  # every notebook parameter at 0: the recipe itself
+    changed = tiny.with_overrides(max_steps=tiny.warmup_steps + 7, lora_rank=2 * tiny.lora.rank)
+    assert (changed.max_steps, changed.learning_rate) == (tiny.warmup_steps + 7, tiny.learning_rate)
+    assert changed.lora.rank == 2 * tiny.lora.rank and changed.lora.scale == tiny.lora.scale  # alpha / rank kept
+    assert changed.lora.targets == tiny.lora.targets
+
+
+@pytest.mark.jax_only
 def test_optimizer_warms_up_then_decays():
     import jax.numpy as jnp
 
