@@ -103,4 +103,14 @@ from cookbook.fit._sharding import (  # noqa: F401
 from cookbook.fit._step import lora_loss, make_train_step, nnx_train_step, run_train_steps  # noqa: F401
 
 # The remat table lives in the model stage; re-exported for notebook 04.
+from cookbook.fit._views import (  # noqa: F401
+    VALIDATION_FIELDS,
+    CommittedSearch,
+    committed_search,
+    dropped_lines,
+    plan_grid,
+    plan_rows,
+    recommended_row,
+    validation_lines,
+)
 from cookbook.models import REMAT_CHOICES, get_remat_choice, remat_policy  # noqa: F401, I001
