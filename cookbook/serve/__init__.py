@@ -5,6 +5,8 @@ from cookbook.serve._bench import (  # noqa: F401
     RequestResult,
     Scenario,
     compare_with_vllm_bench,
+    cross_check,
+    format_cross_check,
     random_prompts,
     run_point,
     run_scenario,

@@ -404,3 +404,40 @@ def compare_with_vllm_bench(ours: dict[str, Any], theirs: dict[str, Any]) -> dic
         "ttft_p50_ratio": ours["ttft_ms"]["p50"] / theirs["median_ttft_ms"],
         "tpot_p50_ratio": ours["tpot_ms"]["p50"] / theirs["median_tpot_ms"],
     }
+
+
+def cross_check(
+    base_url: str,
+    model: str,
+    tokenizer_dir: str | Path,
+    prompts: list,
+    *,
+    output_len: int,
+    concurrency: int,
+    api_key: str | None = None,
+) -> dict[str, Any]:
+    """One load point measured by vLLM's own benchmark and by :func:`run_point` on the same server:
+    ``{"concurrency", "theirs", "ours", "ratios"}`` (:func:`compare_with_vllm_bench`; 1.0 = agree).
+    vLLM's benchmark draws its own random prompts of the same length and count."""
+    theirs = vllm_bench_point(
+        base_url,
+        model,
+        tokenizer_dir,
+        input_len=len(prompts[0]),
+        output_len=output_len,
+        num_prompts=len(prompts),
+        concurrency=concurrency,
+        api_key=api_key,
+    )
+    ours = run_point(base_url, model, prompts, output_len, concurrency=concurrency, api_key=api_key)
+    return {"concurrency": concurrency, "theirs": theirs, "ours": ours, "ratios": compare_with_vllm_bench(ours, theirs)}
+
+
+def format_cross_check(check: dict[str, Any]) -> str:
+    """:func:`cross_check` in one line."""
+    theirs, ours = check["theirs"], check["ours"]
+    return (
+        f"concurrency {check['concurrency']}: vLLM bench {theirs['output_throughput']:.0f} tok/s, TTFT p50 "
+        f"{theirs['median_ttft_ms']:.0f} ms; ours {ours['output_tok_s']:.0f} tok/s, TTFT p50 "
+        f"{ours['ttft_ms']['p50']:.0f} ms; ratios {check['ratios']}"
+    )

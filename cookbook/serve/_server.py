@@ -313,10 +313,12 @@ class VLLMServer:
             return []
         return [self.process.pid, *_descendants(self.process.pid)]
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL after ``timeout_s``."""
+    def stop(self, timeout_s: float = 20.0) -> list[int]:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``timeout_s``. Returns the ids
+        of the server's processes still alive afterwards (none, unless the kernel refused)."""
         proc, self.process = self.process, None
         _LIVE.discard(self)
+        pids: list[int] = []
         if proc is not None:
             pids = [proc.pid, *_descendants(proc.pid)]
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -339,6 +341,7 @@ class VLLMServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        return [p for p in pids if pid_alive(p)]
 
     def log_tail(self, lines: int = 40) -> str:
         try:

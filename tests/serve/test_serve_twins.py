@@ -50,7 +50,8 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
         budget = data.answer_budget(tokenizer, rows, slack=8)
         greedy = serve.served_completions(client, name, prompts, max_tokens=budget)
     finally:
-        server.stop()
+        left = server.stop()
+    assert left == []  # every process of the server gone
     print(
         name,
         f"vLLM start {server.startup_s:.0f} s ({'adapter' if lora_modules else 'merged'}); exact match "
