@@ -4,7 +4,8 @@ Reads the source only (``ast``; nothing is imported or run):
 
 * **notebooks**: each code cell's top-level statements, classed as ``setup`` (imports, the Colab
   cell, magics), ``parameter`` (a name bound to a literal), ``call`` (one call into a
-  ``cookbook`` package, its arguments plain expressions), ``display`` (``print``, ``display``,
+  ``cookbook`` package or a method of what such a call returned, its arguments plain
+  expressions), ``display`` (``print``, ``display``,
   a DataFrame or plot, a bare expression shown as the cell's value), ``record`` (a ``record()``
   call) and ``logic`` (everything else: loops, conditions, functions, comprehensions, values
   computed in the notebook). Lines are source lines that are neither blank nor comments.
@@ -140,7 +141,7 @@ def classify(stmt: ast.stmt, package_names: set[str], is_last: bool) -> str:
     """One of :data:`KINDS` for a notebook cell's top-level statement."""
     if isinstance(stmt, ast.Import | ast.ImportFrom | ast.Pass):
         return "setup"
-    value = stmt.value if isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign) else None
+    value = stmt.value if isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign | ast.AugAssign) else None
     if value is None:
         return "logic"
     if isinstance(stmt, ast.Assign | ast.AnnAssign) and _is_literal(value):
@@ -151,8 +152,8 @@ def classify(stmt: ast.stmt, package_names: set[str], is_last: bool) -> str:
             return "record"
         if isinstance(stmt, ast.Expr) and (root in DISPLAY_CALLS or root in DISPLAY_ROOTS):
             return "display"
-        if root in package_names and _plain(value):
-            return "call"
+    if isinstance(value, ast.Call | ast.Subscript | ast.Attribute) and root in package_names and _plain(value):
+        return "call"  # a package function, or a method of what one returned (``server.stop()``)
     if isinstance(stmt, ast.Expr) and is_last and _plain(value):
         return "display"  # the cell's value, shown
     return "logic"
@@ -167,14 +168,19 @@ def notebook_metrics(path: Path, pkgs: set[str]) -> dict:
     kinds: Counter = Counter()
     uses = _Uses(pkgs)
     logic_examples: list[str] = []
+    returned: set[str] = set()  # names bound to what a package call returned
     for cell in notebook_cells(path):
         colab = "google.colab" in cell
         tree = _parse(cell)
         uses.visit(tree)
         lines = cell.splitlines()
-        package_names = set(uses.alias) | set(uses.direct) | {"cookbook"}
+        package_names = set(uses.alias) | set(uses.direct) | {"cookbook"} | returned
         for i, stmt in enumerate(tree.body):
             kind = "setup" if colab else classify(stmt, package_names, i == len(tree.body) - 1)
+            if kind == "call" and isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                returned |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                package_names |= returned
             n = _code_lines(lines, stmt)
             kinds[kind] += n
             if kind == "logic":
