@@ -1,5 +1,6 @@
 """The environment files agree, and every pin says why."""
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -119,6 +120,13 @@ def test_every_notebook_has_the_same_hosted_setup_cell_installing_the_tested_pin
     cell = next(iter(cells.values()))
     assert '!pip install -q -e "cookbook_src[tpu]" -c cookbook_src/constraints/tpu-host.txt' in cell
     assert 'sys.path.insert(0, os.path.abspath("cookbook_src"))' in cell
+    # harness.parameter_form(globals()) makes a widget of every upper-case global: the setup cell,
+    # which runs before it, binds none (an upper-case name there put a stray field in the form).
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    tree = ast.parse(TransformerManager().transform_cell(cell))
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assert bound and not [n for n in bound if n.isupper()], bound
 
 
 def _run_setup_cell(monkeypatch, tmp_path, *, colab=None, env=None, cookbook_installed=False, cloned=False):
