@@ -49,7 +49,13 @@ def register_cli(sub) -> None:
     p.add_argument(
         "--tp", dest="mesh_tp", type=int, default=d.mesh_tp, help="tensor-parallel axis size (default: chosen)"
     )
-    p.add_argument("--batch", dest="batch_size", type=int, default=d.batch_size, help="global batch per micro-step")
+    p.add_argument(
+        "--batch",
+        dest="batch_size",
+        type=int,
+        default=None,
+        help="global batch per micro-step (default: the smallest the mesh takes, its fsdp size; a search starts at 1)",
+    )
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--remat", default=d.remat, choices=list(models.REMAT_CHOICES))
     p.add_argument("--flash", dest="flash_attention", action="store_true", help="splash attention")
@@ -99,9 +105,28 @@ def register_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
+def _default_batch(args) -> int:
+    """The smallest global batch the plan's mesh takes: the fsdp size (given, what ``--tp`` leaves,
+    or ``cookbook.mesh.choose_mesh``'s with the most tensor parallelism the preset allows), so that
+    ``cookbook plan`` runs on its defaults for a preset whose heads cap tp below the slice's chips
+    (``tiny`` on v5p-8: 2 x 2, batch 2). A search starts at the config's default, 1, as committed."""
+    if getattr(args, "search", False) or getattr(args, "cheapest", False):
+        return _DEFAULTS.batch_size
+    if args.mesh_fsdp:
+        return args.mesh_fsdp
+    devices = core.get_slice(args.slice_name).num_devices
+    if args.mesh_tp:
+        return max(1, devices // args.mesh_tp)
+    from cookbook import mesh as mesh_lib
+
+    return mesh_lib.choose_mesh(args.model_preset, args.slice_name, None).fsdp
+
+
 def config_from_args(args) -> PlanConfig:
     fields = {f.name for f in dataclasses.fields(PlanConfig)} - {"lora"}
     given = {k: v for k, v in vars(args).items() if k in fields}
+    if given.get("batch_size") is None:
+        given["batch_size"] = _default_batch(args)
     if given.get("quant_tile") is None:  # 128 on every released size; tiny: 32
         tile = lora_lib.default_quant_tile(given["model_preset"]) if given.get("quantize") else _DEFAULTS.quant_tile
         given["quant_tile"] = tile

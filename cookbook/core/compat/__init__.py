@@ -166,12 +166,13 @@ def require_installed(what: str) -> None:
 def check() -> dict[str, bool]:
     """Whether each private name this package uses is where it expects (for the compat test).
 
-    transformers' reach is checked where transformers is installed (not in the TPU-host
-    environment, which has no transformers and never makes that reach).
+    transformers' reach (the GPU recipe's FSDP wrap unit) is checked where the GPU recipe can run:
+    transformers with torch (the TPU-host environment has transformers' tokenizers but no torch, and
+    its modeling modules do not import without it).
     """
     from cookbook.core.compat import _flax, _jax, _qwix, _transformers, _tunix
 
     found = {**_jax.checks(), **_flax.checks(), **_tunix.checks(), **_qwix.checks()}
-    if importlib.util.find_spec("transformers") is not None:
+    if all(importlib.util.find_spec(m) is not None for m in ("transformers", "torch")):
         found.update(_transformers.checks())
     return found
