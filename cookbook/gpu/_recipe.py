@@ -1,10 +1,9 @@
 """The GPU baseline: the TRL + PEFT + accelerate FSDP recipe that optimises the TPU run's objective.
 
-The paper compared a TPU run (loss on the answer only) with a GPU run (loss on every
-token): two objectives under one set of "identical" hyperparameters. Here the GPU recipe
-is *derived* from the same ``cookbook.train.TrainConfig`` (with its
-``cookbook.lora.LoraConfig`` and ``cookbook.data.DataConfig``) that drives Tunix, and every place where TRL / transformers / PEFT defaults would change
-the objective is set explicitly:
+The paper compared a TPU run (loss on the answer only) with a GPU run (loss on every token): two objectives
+under one set of "identical" hyperparameters. Here the GPU recipe is *derived* from the same
+``cookbook.train.TrainConfig`` (its ``LoraConfig`` and ``DataConfig``) that drives Tunix, and every place where
+TRL / transformers / PEFT defaults would change the objective is set explicitly:
 
 ============================  ==================================  ===============================
 what                          Tunix + Qwix (TPU)                  derived GPU recipe
@@ -26,20 +25,14 @@ clipping                      none unless set                     ``max_grad_nor
                                                                   (transformers' default is 1.0)
 ============================  ==================================  ===============================
 
-``derive_gpu_recipe`` returns the configs; ``write_gpu_recipe(dir)`` writes
-``sft_config.json``, ``lora_config.json``, ``recipe.json``, ``fsdp_config.yaml`` and
-``train_gpu.py`` (a copy of :mod:`cookbook.gpu.train_gpu`, which needs no cookbook install) for
-``accelerate launch``. ``tests/gpu/test_recipe.py`` checks on CPU that transformers+PEFT
-(through that very script and TRL's ``SFTTrainer``) and Tunix+Qwix compute the same loss
-and stay together over AdamW steps.
+``derive_gpu_recipe`` returns the configs; ``write_gpu_recipe(dir)`` writes ``sft_config.json``,
+``lora_config.json``, ``recipe.json``, ``fsdp_config.yaml`` and ``train_gpu.py`` (a copy of
+:mod:`cookbook.gpu.train_gpu`, which needs no cookbook install) for ``accelerate launch``.
+``tests/gpu/test_recipe.py`` checks on CPU that transformers+PEFT (through that very script and TRL's
+``SFTTrainer``) and Tunix+Qwix compute the same loss and stay together over AdamW steps.
 
-End to end on CPU (one "GPU", no FSDP, torch on one thread): ``train_gpu.py`` on the tiny
-recipe (200 steps of 8 packed rows, 2026-12-02) ended at train / eval loss 0.111 / 0.110 where
-the Tunix run of the same config ended at 0.111 / 0.112, decoded 100 of 100 held-out prompts
-exactly and scored pass@1 98.8% (n = 5 at T = 0.8; 4 min on a 2-core machine beside a compile).
-
-Written by hand: only the translation between the two stacks' configuration vocabularies;
-the training itself is TRL's, PEFT's and accelerate's.
+End to end on CPU (``benchmarks/gpu_recipe_e2e.py``, losses and pass@1 beside Tunix's): docs/results.md.
+Written by hand: only the translation between the stacks' configurations; the training is TRL's, PEFT's, accelerate's.
 """
 
 from __future__ import annotations

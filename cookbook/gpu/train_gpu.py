@@ -1,33 +1,30 @@
 """train_gpu.py: LoRA SFT of Gemma 4 on GPUs with TRL + PEFT + accelerate FSDP, same objective as the TPU run.
 
-This file is copied verbatim next to ``sft_config.json``, ``lora_config.json``,
-``recipe.json`` and ``fsdp_config.yaml`` by ``cookbook.gpu.write_gpu_recipe``.
-It imports nothing from the cookbook (a GPU host needs only torch, transformers, trl,
-peft, accelerate and datasets), so the configs next to it are the whole recipe:
+This file is copied verbatim next to ``sft_config.json``, ``lora_config.json``, ``recipe.json`` and
+``fsdp_config.yaml`` by ``cookbook.gpu.write_gpu_recipe``. It imports nothing from the cookbook (a GPU host
+needs only torch, transformers, trl, peft, accelerate and datasets), so the configs next to it are the whole recipe:
 
     accelerate launch --config_file fsdp_config.yaml train_gpu.py \\
         --model google/gemma-4-31B-it --data train.jsonl --eval-data eval.jsonl --out run/
 
-What makes the objective the TPU run's (Tunix ``PeftTrainer`` + Qwix LoRA), not TRL's
-defaults, and why each is here:
+What makes the objective the TPU run's (Tunix ``PeftTrainer`` + Qwix LoRA), not TRL's defaults, and why:
 
 * Loss on what the model writes, with the checkpoint's own Gemma 4 chat template (its
   tools declared, thinking on when a turn has a thought). A token is trained on when it
   lies in a model turn: the thought channel, the answer, tool calls and its closing
   ``<turn|>``; never a tool response's body, a user or a system turn; the newline the
   template writes after ``<turn|>`` is not (TRL's prompt-completion path would train on
-  it). Rows in every layout the TPU pipeline reads are normalised as it normalises them
-  (``<think>...</think>`` answers become the thought channel). TRL 1.x's ``assistant_only_loss`` needs ``{% generation %}``
-  markers, which Gemma 4's template lacks, so rows are tokenised here and TRL gets
-  ``input_ids`` + ``completion_mask`` with ``completion_only_loss=True``.
+  it). Rows in every layout the TPU pipeline reads are normalised as it normalises them (``<think>...</think>``
+  answers become the thought channel). TRL 1.x's ``assistant_only_loss`` needs ``{% generation %}`` markers,
+  which Gemma 4's template lacks, so rows are tokenised here: ``input_ids`` + ``completion_mask`` and
+  ``completion_only_loss=True``.
 * Loss normalisation across gradient accumulation (``recipe.json``): Tunix accumulates
   with ``optax.MultiSteps`` (the mean of micro-batch token means); transformers weighs
   every answer token of the step equally. ``per_micro_batch`` switches transformers to
   the former (each GPU micro-batch then holds exactly one TPU micro-batch).
-* LoRA parameterisation: Qwix puts ONE LoRA on Tunix's stacked ``kv_einsum``, so K and V
-  share ``lora_A``; PEFT gives ``k_proj`` and ``v_proj`` one each. ``tie_kv_lora_a`` makes
-  them one parameter. On K = V global layers there is no ``v_proj``: the ``k_proj`` LoRA
-  adapts V too, in transformers as in Tunix.
+* LoRA parameterisation: Qwix puts ONE LoRA on Tunix's stacked ``kv_einsum``, so K and V share ``lora_A``;
+  PEFT gives ``k_proj`` and ``v_proj`` one each. ``tie_kv_lora_a`` makes them one parameter. On K = V
+  global layers there is no ``v_proj``: the ``k_proj`` LoRA adapts V too, in transformers as in Tunix.
 * LoRA A initialisation: Qwix draws A with He-uniform (bound sqrt(6 / fan_in)); PEFT's
   default is Kaiming-uniform with a = sqrt(5) (2.45x narrower). Redrawn here.
 """
