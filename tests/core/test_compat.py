@@ -107,6 +107,38 @@ def test_last_buffered_train_loss():
     assert got == 2.25 and type(got) is float
 
 
+def test_guard_checkpoint_saves_runs_once_per_checkpoint_written(tmp_path):
+    """Tunix's manager is asked to save after every step; the guard runs only where it writes
+    (Orbax's interval, and a forced save), and a guard that raises leaves nothing written."""
+    import orbax.checkpoint as ocp
+    from flax import nnx
+    from tunix.sft import checkpoint_manager
+
+    options = ocp.CheckpointManagerOptions(save_interval_steps=3, max_to_keep=10)
+    manager = checkpoint_manager.CheckpointManager(str(tmp_path / "ckpt"), options=options)
+    trainer = types.SimpleNamespace(checkpoint_manager=manager)
+    guarded: list[int] = []
+
+    def before_save(step, model):
+        if step == 7:
+            raise ValueError("refused")
+        guarded.append(step)
+
+    core.compat.tunix_guard_checkpoint_saves(trainer, before_save)
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    saved = [step for step in range(1, 7) if manager.save(step, model)]
+    assert manager.save(5, model, None, False, True)  # force passed by position
+    with pytest.raises(ValueError, match="refused"):
+        manager.save(7, model, force=True)
+    manager.close()
+    # Orbax writes the first step it is asked for, then every 3rd: the guard saw exactly those.
+    assert saved == [1, 3, 6] and guarded == [1, 3, 6, 5]
+    assert sorted(int(p.name) for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == [1, 3, 5, 6]
+    off = checkpoint_manager.CheckpointManager(None)  # no directory: Tunix writes nothing, nothing to guard
+    core.compat.tunix_guard_checkpoint_saves(types.SimpleNamespace(checkpoint_manager=off), before_save)
+    assert off.save(7, model, force=True) is False
+
+
 def test_tunix_activation_sharding_swaps_and_restores_tunix_shard(mesh_4x2):
     import numpy as np
     from tunix.models.gemma4 import model as gemma4_model
