@@ -73,13 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     tok, model = trainer.processing_class, trainer.model.eval()
     rows = eval_rows[: args.eval_rows]
     problems = evaluate.sample_task_problems(rows)
-    budget = data.answer_budget(tok, problems)
-    greedy_gen = evaluate.transformers_samples(model, tok, problems, evaluate.GREEDY.replace(max_tokens=budget))
+    greedy_sampling = evaluate.greedy_sampling(tok, rows)
+    greedy_gen = evaluate.transformers_samples(model, tok, problems, greedy_sampling)
     completions = [greedy_gen.completions[p.name][0] for p in problems]
     greedy = evaluate.score_generation(problems, greedy_gen)
     sampled = evaluate.score_generation(
         problems,
-        evaluate.transformers_samples(model, tok, problems, evaluate.PAPER_SAMPLING.replace(max_tokens=budget)),
+        evaluate.transformers_samples(
+            model, tok, problems, evaluate.PAPER_SAMPLING.replace(max_tokens=greedy_sampling.max_tokens)
+        ),
     )
     result = {
         "preset": args.preset,

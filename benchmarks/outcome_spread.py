@@ -54,11 +54,9 @@ def score(run_dir: Path | None, config) -> dict:
     rows = train.eval_rows(config)[:ROWS]
     problems = evaluate.sample_task_problems(rows)
     thinking = config.sample_task == "thinking"
-    budget = data.answer_budget(tokenizer, problems) + (data.thought_budget(tokenizer, rows) if thinking else 0)
+    greedy = evaluate.greedy_sampling(tokenizer, rows, thinking=thinking)
     model = train.restore_lora_model(run_dir) if run_dir else train.build_lora_model(config, base_dir)
-    generation, sampler = evaluate.tunix_samples(
-        model, tokenizer, problems, evaluate.GREEDY.replace(max_tokens=budget), batch_size=50, thinking=thinking
-    )
+    generation, sampler = evaluate.tunix_samples(model, tokenizer, problems, greedy, batch_size=50, thinking=thinking)
     scores = evaluate.score_generation(problems, generation)
     out = {
         "rows": len(rows),
@@ -74,7 +72,7 @@ def score(run_dir: Path | None, config) -> dict:
         ]
     out["sampled_passes"] = []
     for seed in SAMPLE_SEEDS:
-        sampling = evaluate.PAPER_SAMPLING.replace(max_tokens=budget, seed=seed)
+        sampling = evaluate.PAPER_SAMPLING.replace(max_tokens=greedy.max_tokens, seed=seed)
         few = problems[:SAMPLED_ROWS]
         gen, sampler = evaluate.tunix_samples(
             model, tokenizer, few, sampling, batch_size=40, sampler=sampler, thinking=thinking

@@ -47,8 +47,9 @@ def tiny_greedy(iverilog):
     config = train.config_of_run(run_dir)
     base_dir = train.resolve_base_dir(config)
     tokenizer = data.load_tokenizer(base_dir=base_dir)
-    problems = evaluate.sample_task_problems(train.eval_rows(config)[:48])
-    sampling = evaluate.GREEDY.replace(max_tokens=data.answer_budget(tokenizer, problems))
+    rows = train.eval_rows(config)[:48]
+    problems = evaluate.sample_task_problems(rows)
+    sampling = evaluate.greedy_sampling(tokenizer, rows)
     tuned, sampler = evaluate.tunix_samples(
         train.restore_lora_model(run_dir), tokenizer, problems, sampling, batch_size=48
     )
