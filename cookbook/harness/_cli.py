@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plan": ("cookbook.fit", "compile the LoRA train step for a TPU slice, with no TPU: memory and FLOPs"),
     "train": ("cookbook.train", "LoRA fine-tuning with Tunix, Orbax checkpoints, resumable"),
+    "rl": ("cookbook.rl", "RL (DAPO / GRPO with Tunix) on the simulator's verdict, from a training run; resumable"),
     "merge": ("cookbook.merge", "merge a LoRA checkpoint into Hugging Face safetensors, streamed"),
     "serve": ("cookbook.serve", "serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)"),
     "bench": ("cookbook.serve", "load-test an OpenAI-compatible endpoint: TTFT, latency, throughput"),

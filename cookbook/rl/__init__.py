@@ -6,11 +6,31 @@ GRPO-family learners on the same LoRA, with the reward from the cookbook's Icaru
 (``_reward``: the final answer only, plus a format term).
 """
 
+from cookbook.rl._cli import register_cli as register_rl_cli  # noqa: F401
+from cookbook.rl._config import ALGORITHMS, RL_PRESETS, RLConfig, rl_preset  # noqa: F401
 from cookbook.rl._reward import (  # noqa: F401
     RewardConfig,
     Verdicts,
     VerilogReward,
     well_formed,
 )
+from cookbook.rl._run import RLResult, plot_curves, read_steps, train, training_problems  # noqa: E402, F401
 
-__all__ = ["RewardConfig", "Verdicts", "VerilogReward", "well_formed"]
+__all__ = [
+    # the run
+    "RLConfig",
+    "RL_PRESETS",
+    "ALGORITHMS",
+    "rl_preset",
+    "train",
+    "RLResult",
+    "training_problems",
+    # its reward
+    "RewardConfig",
+    "VerilogReward",
+    "Verdicts",
+    "well_formed",
+    # its results
+    "read_steps",
+    "plot_curves",
+]

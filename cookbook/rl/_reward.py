@@ -7,9 +7,11 @@ so a run's curves show which one moves:
 * **functional** (weight ``RewardConfig.functional``, 1.0): the problem's testbench passes on
   the module extracted from the completion's *answer* (``cookbook.evaluate.simulate``, which
   drops every thought channel first: a module written inside a thought never scores);
-* **format** (weight ``RewardConfig.format``, 0.1): the completion ends its turn, the answer
-  holds one module with its ``endmodule``, and, for a thinking run, the answer follows one
-  closed thought channel (``<|channel>thought ... <channel|>``).
+* **format** (weight ``RewardConfig.format``, 0.1): the answer is one module and ends at its
+  ``endmodule`` (or the fence closing it), and, for a thinking run, the answer follows one
+  closed thought channel (``<|channel>thought ... <channel|>``). Tunix's sampler cuts the stop
+  token from the text, so a completion that ran out of budget shows as an answer that does not
+  end at its module (or never reaches ``endmodule``).
 
 Simulations run in the scorer's sandbox (``SimConfig``: timeouts, output and memory limits, no
 network) in a thread pool (``evaluate.simulate_many``), one per CPU by default. Identical
@@ -41,7 +43,6 @@ class RewardConfig:
     functional: float = 1.0
     format: float = 0.1
     thinking: bool = False  # the answer must follow one closed thought channel
-    require_turn_end: bool = True  # a completion cut by the token budget is malformed
     workers: int | None = None  # simulations in parallel (None: one per CPU)
     sim: evaluate.SimConfig = dataclasses.field(default_factory=evaluate.SimConfig)
 
@@ -52,10 +53,8 @@ class RewardConfig:
             )
 
 
-def well_formed(completion: str, *, thinking: bool = False, require_turn_end: bool = True) -> bool:
+def well_formed(completion: str, *, thinking: bool = False) -> bool:
     """Whether ``completion`` has the answer's expected form (the format term)."""
-    if require_turn_end and not any(end in completion for end in _TURN_ENDS):
-        return False
     body = completion
     for end in _TURN_ENDS:
         body = body.split(end, 1)[0]
@@ -66,8 +65,10 @@ def well_formed(completion: str, *, thinking: bool = False, require_turn_end: bo
             return False
     elif _THOUGHT_OPEN in body:
         return False
-    code = evaluate.extract_module(completion)
-    return code is not None and "endmodule" in code and data_lib.clean_completion(completion).count("endmodule") == 1
+    answer = data_lib.clean_completion(completion)
+    if answer.count("endmodule") != 1 or evaluate.extract_module(completion) is None:
+        return False
+    return answer.rsplit("endmodule", 1)[1].strip() in ("", "```")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +108,7 @@ class VerilogReward:
         verdict = dict(zip(unique, results, strict=True))
         passed = [bool(a) and verdict[(n, a)].passed for n, a in zip(names, answers, strict=True)]
         outcomes = [verdict[(n, a)].outcome if a else "no_module" for n, a in zip(names, answers, strict=True)]
-        formatted = [
-            well_formed(c, thinking=cfg.thinking, require_turn_end=cfg.require_turn_end) for c in completions
-        ]  # fmt: skip
+        formatted = [well_formed(c, thinking=cfg.thinking) for c in completions]
         rewards = [cfg.functional * p + cfg.format * f for p, f in zip(passed, formatted, strict=True)]
         return Verdicts(rewards=rewards, passed=passed, formatted=formatted, outcomes=outcomes)
 

@@ -150,9 +150,24 @@ def config_of_run(run_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(rec["train"]).replace(base_dir=rec["base_dir"])
 
 
+# Where a run keeps its Orbax checkpoints: `cookbook train` (Tunix's PeftTrainer) in checkpoints/,
+# `cookbook rl` (Tunix's RLCluster, which appends the role to its root) in actor/. Both hold
+# <step>/model_params with the LoRA parameters only, so everything that reads an SFT run's
+# adapters reads an RL run's.
+CHECKPOINT_DIRS = ("checkpoints", "actor")
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    """The directory of ``run_dir``'s checkpoint steps (``checkpoints/``, or ``actor/`` for an RL run)."""
+    for name in CHECKPOINT_DIRS:
+        if (Path(run_dir) / name).is_dir():
+            return Path(run_dir) / name
+    return Path(run_dir) / CHECKPOINT_DIRS[0]
+
+
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Finished checkpoint steps (Orbax's temporary directories are not steps)."""
-    root = Path(run_dir) / "checkpoints"
+    root = checkpoint_root(run_dir)
     if not root.is_dir():
         return []
     return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
@@ -257,7 +272,6 @@ def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: An
     the unquantized base, which is what merging them into the bf16 checkpoint computes (the
     model as trained has the quantized base).
     """
-    from tunix.sft import checkpoint_manager
 
     # For evaluation, sampling and merging: LoRA dropout off (Qwix applies it on every call,
     # so a recipe with dropout, such as 31B's, would otherwise score a noisy model).
@@ -265,18 +279,27 @@ def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: An
     config = config_of_run(run_dir).replace(lora={"dropout": 0.0})
     if dense_base:
         config = config.replace(quantize=None)
+    model = build_lora_model(config, config.base_dir, mesh)
+    load_lora_weights(model, run_dir, step=step)
+    return model
+
+
+def load_lora_weights(model, run_dir: str | Path, *, step: int | None = None) -> int:
+    """Restore ``run_dir``'s LoRA weights of checkpoint ``step`` (default latest) into ``model``
+    (a LoRA model of the run's preset and LoRA config) in place; the step restored."""
+    from tunix.sft import checkpoint_manager
+
     steps = checkpoint_steps(run_dir)
     if not steps:
-        raise FileNotFoundError(f"{run_dir}/checkpoints holds no finished checkpoint; train first")
+        raise FileNotFoundError(f"{checkpoint_root(run_dir)} holds no finished checkpoint; train first")
     if step is not None and step not in steps:
         raise ValueError(f"{run_dir} has no checkpoint {step}; it has {steps}")
-    model = build_lora_model(config, config.base_dir, mesh)
-    manager = checkpoint_manager.CheckpointManager(str((Path(run_dir) / "checkpoints").resolve()))
+    manager = checkpoint_manager.CheckpointManager(str(checkpoint_root(run_dir).resolve()))
     try:
-        got, _ = manager.maybe_restore(model, step=step or steps[-1], restore_only_lora_params=True)
+        manager.maybe_restore(model, step=step or steps[-1], restore_only_lora_params=True)
     finally:
         manager.close()
-    return model
+    return step or steps[-1]
 
 
 def lora_arrays(model) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ def test_functional_term_scores_the_answer_and_never_the_thought(add8):
         thought("y is a minus b") + WRONG + "<turn|>",  # wrong answer, well formed
         thought(GOOD) + WRONG + "<turn|>",  # the right module only inside the thought
         GOOD + "<turn|>",  # right, but no thought channel: functional yes, format no
-        thought("y is a plus b") + GOOD,  # budget ran out before the turn ended
+        thought("y is a plus b") + GOOD + "\n  always always",  # ran on past the module
         thought("never closed ") + GOOD + "<turn|>",  # fine: the channel closes...
         "<|channel>thought\nstill thinking " + GOOD,  # ...this one never does: no answer at all
     ]
@@ -53,6 +53,7 @@ def test_plain_runs_need_no_thought_and_refuse_one(add8):
         completions=[GOOD + "<turn|>", thought("x") + GOOD + "<turn|>", GOOD + "\n" + GOOD + "<turn|>"],
         problem=[add8.name] * 3,
     )
+    assert rl.well_formed("```verilog\n" + GOOD + "\n```") and not rl.well_formed("```verilog\n" + GOOD[:-9])
     # A stray thought in a plain run is malformed but its answer passes; two modules are malformed
     # and do not compile (the module is defined twice).
     assert reward.last.passed == [True, True, False] and got == [1.5, 1.0, 0.0]
