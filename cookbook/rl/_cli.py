@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from cookbook import core, evaluate
 from cookbook.rl._config import ALGORITHMS, RL_PRESETS, rl_preset
 
 # flag -> (RLConfig field, type, help)
@@ -51,8 +52,8 @@ def register_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
+@core.user_errors("rl", evaluate.ProblemError, evaluate.SimulatorMissing, NotImplementedError)
 def _cli(args) -> int:
-    from cookbook import evaluate
     from cookbook.rl._run import DEFAULT_PROBLEMS, train, training_problems
 
     changes = {field: getattr(args, field) for field, _, _ in _FLAGS.values() if getattr(args, field) is not None}

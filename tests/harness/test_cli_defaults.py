@@ -23,6 +23,7 @@ RUN_HERE = {
 # Required input another test builds: (the test file, the call it makes with only that input).
 ELSEWHERE = {
     "train": ("tests/harness/test_cli_defaults.py", "test_train_on_its_defaults_is_the_run_make_demo_trains"),
+    "rl": ("tests/rl/test_rl.py", '["rl", "--run", str(sft_run), "--out", str(out)]'),
     "merge": ("tests/merge/test_merge.py", '["merge", "--lora", str(lora_run), "--out"'),
     "serve": ("tests/serve/test_serve.py", 'harness.main(["serve", str(tiny_text_base)]) == 0'),
     "bench": ("tests/serve/test_bench.py", '"--base-url",'),

@@ -121,6 +121,12 @@ CASES = [
         ["does not exist", "ProbNNN_name_prompt.txt"],
     ),
     ("eval-no-problems-flag", ["eval", "--completions", "{tmp}/c.jsonl"], ["--problems DIR", "--write-sample-task"]),
+    ("rl-not-a-run", ["rl", "--run", "{tmp}", "--out", "{tmp}/rl"], ["is not a `cookbook train` run directory"]),
+    (
+        "rl-group-of-one",
+        ["rl", "--run", "{tmp}", "--out", "{tmp}/rl", "--group-size", "1"],
+        ["group_size must be >= 2"],
+    ),
     ("launch-no-processes", ["launch", "--processes", "0", "--", "train"], ["--processes 0", ">= 1"]),
     ("gpu-recipe-not-a-run", ["gpu-recipe", "--run", "{tmp}", "--out", "{tmp}/g"], ["recipe.json", "cookbook train"]),
     ("gpu-recipe-unknown-preset", ["gpu-recipe", "--preset", "gemma5", "--out", "{tmp}/g"], ["choose one of"]),
