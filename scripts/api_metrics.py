@@ -47,6 +47,7 @@ STAGE = {
     "07_merge": "merge",
     "08_serving": "serve",
     "09_cost_comparison": "cost",
+    "10_rl": "rl",
 }
 DISPLAY_CALLS = {"print", "display", "Markdown", "HTML", "Image"}
 DISPLAY_ROOTS = {"pd", "plt", "np"}  # a DataFrame, a plot or an array shown as the cell's value

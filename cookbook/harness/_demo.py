@@ -60,6 +60,7 @@ TYPICAL_SECONDS: dict[str, float] = {
     "07_merge": 20,
     "01_mesh_setup": 9,
     "09_cost_comparison": 3,
+    "10_rl": 150,  # an estimate until a demo run measures it
 }
 # Two kernels at a time hold up to ~8 GB here (a vLLM server beside a TPU compile): below this
 # much memory the demo runs one notebook at a time.

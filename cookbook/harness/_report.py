@@ -135,6 +135,13 @@ SECTIONS: tuple[Section, ...] = (
         about="the paper's cost table reproduced, the cookbook's predicted row, the cost curve",
         highlights=(r"^train_cost_ratio$", r"total_cost_ratio", r"break_even", r"ratio", r"usd|cost"),
     ),
+    Section(
+        prefix="10",
+        title="RL on the simulator's verdict",
+        about="DAPO with Tunix from a short SFT run: reward and pass-rate curves; held-out pass@1 before and after "
+        "RL, beside extra SFT steps as the control",
+        highlights=(r"^rl_pass1$", r"^sft_pass1$", r"^control_pass1$", r"gain", r"pass1"),
+    ),
 )
 
 

@@ -7,11 +7,15 @@ GRPO-family learners on the same LoRA, with the reward from the cookbook's Icaru
 """
 
 from cookbook.rl._cli import register_cli as register_rl_cli  # noqa: F401
+from cookbook.rl._compare import HeldOutPass, format_held_out, held_out_pass  # noqa: F401
 from cookbook.rl._config import ALGORITHMS, RL_PRESETS, RLConfig, rl_preset  # noqa: F401
 from cookbook.rl._reward import (  # noqa: F401
+    JudgedReward,
     RewardConfig,
     Verdicts,
     VerilogReward,
+    format_judged_rewards,
+    judge_rewards,
     well_formed,
 )
 from cookbook.rl._run import RLResult, plot_curves, read_steps, train, training_problems  # noqa: E402, F401
@@ -30,7 +34,13 @@ __all__ = [
     "VerilogReward",
     "Verdicts",
     "well_formed",
+    "judge_rewards",
+    "JudgedReward",
+    "format_judged_rewards",
     # its results
     "read_steps",
     "plot_curves",
+    "held_out_pass",
+    "HeldOutPass",
+    "format_held_out",
 ]

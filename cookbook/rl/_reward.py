@@ -115,3 +115,39 @@ class VerilogReward:
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], problem: Sequence[str], **_: Any):
         self.last = self.verdicts(list(problem), list(completions))
         return self.last.rewards
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgedReward:
+    """The reward of one hand-made answer (notebook 10)."""
+
+    label: str
+    reward: float
+    passed: bool
+    formatted: bool
+    outcome: str
+
+
+def judge_rewards(problem: evaluate.Problem, config: RewardConfig | None = None) -> list[JudgedReward]:
+    """The reward of hand-made answers to a sample-task ``problem``: ``evaluate.rewrites``' (the
+    reference, a rewrite, a wrong operator, a syntax error, another name), the reference only
+    inside a thought, and the reference with text run on past its ``endmodule``."""
+    answers = dict(evaluate.rewrites(problem))
+    wrong = answers["wrong operator"]
+    answers["the reference only inside a thought"] = (
+        f"{_THOUGHT_OPEN}thought\n{problem.answer}\n{_THOUGHT_CLOSE}{wrong}"
+    )
+    answers["the reference, then run-on text"] = f"{problem.answer}\nalways always module"
+    reward = VerilogReward([problem], config)
+    v = reward.verdicts([problem.name] * len(answers), list(answers.values()))
+    return [
+        JudgedReward(label=label, reward=r, passed=p, formatted=f, outcome=o)
+        for label, r, p, f, o in zip(answers, v.rewards, v.passed, v.formatted, v.outcomes, strict=True)
+    ]
+
+
+def format_judged_rewards(judged: list[JudgedReward]) -> str:
+    """:func:`judge_rewards` as a Markdown table."""
+    lines = ["| answer | simulator | format | reward |", "| --- | --- | --- | ---: |"]
+    lines += [f"| {j.label} | {j.outcome} | {'yes' if j.formatted else 'no'} | {j.reward:.2f} |" for j in judged]
+    return "\n".join(lines)
