@@ -37,7 +37,7 @@ def test_notebooks_follow_the_skeleton():
     import nbformat
 
     notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert len(notebooks) == 10
+    assert len(notebooks) == 11
     for path in notebooks:
         nb = json.loads(path.read_text())
         cells = nb["cells"]

@@ -16,7 +16,7 @@ from cookbook.evaluate._generate import (  # noqa: F401
     SamplingConfig,
     endpoint_samples,
     load_transformers_model,
-    prompt_text,
+    problem_prompt_text,
     prompt_token_ids,
     transformers_samples,
     tunix_samples,

@@ -95,11 +95,13 @@ class Generation:
 def prompt_token_ids(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> list[int]:
     """The ids every generator is given: the chat rendered by the tokenizer's own template."""
     return list(
-        tokenizer(prompt_text(tokenizer, problem, system, thinking=thinking), add_special_tokens=False)["input_ids"]
+        tokenizer(problem_prompt_text(tokenizer, problem, system, thinking=thinking), add_special_tokens=False)[
+            "input_ids"
+        ]
     )
 
 
-def prompt_text(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> str:
+def problem_prompt_text(tokenizer, problem: Problem, system: str | None = None, *, thinking: bool = False) -> str:
     """The text of :func:`prompt_token_ids`: the chat and the generation prompt, thinking on or off.
 
     Rendered here, not by ``cookbook.data.prompt_text``: a problem is a prompt without an answer,
@@ -213,7 +215,7 @@ def tunix_samples(
     """
     from flax import nnx
 
-    prompts = [prompt_text(tokenizer, p, system, thinking=thinking) for p in problems]
+    prompts = [problem_prompt_text(tokenizer, p, system, thinking=thinking) for p in problems]
     longest = max(len(prompt_token_ids(tokenizer, p, system, thinking=thinking)) for p in problems)
     max_prompt = 1 << (longest - 1).bit_length()
     cache_size = max_prompt + sampling.max_tokens + 1

@@ -45,7 +45,8 @@ REPO = core.REPO_ROOT
 # 06 trains. 08 serves that merge and 06's thinking run; started beside 06 (after 04, the next
 # longest) it merges the plain run itself, which 06 trains first, and reaches the thinking run
 # after 06 has trained it (on the 2-core machine; elsewhere it may wait on that lock, no more).
-AFTER: dict[str, tuple[str, ...]] = {"07": ("06",)}
+# 10 starts RL from a checkpoint of the run 06 trains.
+AFTER: dict[str, tuple[str, ...]] = {"07": ("06",), "10": ("06",)}
 # Seconds each notebook's default run took in `make demo` on the 2-core CPU machine (demo.json of
 # a fresh-cache run inside make test, 2026-12-05, in the fixed lanes of before): the scheduler's
 # priorities, so only their order matters. A notebook not listed counts as 0: after these, in order.

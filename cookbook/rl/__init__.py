@@ -18,7 +18,7 @@ from cookbook.rl._reward import (  # noqa: F401
     judge_rewards,
     well_formed,
 )
-from cookbook.rl._run import RLResult, plot_curves, read_steps, train, training_problems  # noqa: E402, F401
+from cookbook.rl._run import RLResult, plot_curves, read_steps, train_rl, training_problems  # noqa: E402, F401
 
 __all__ = [
     # the run
@@ -26,7 +26,7 @@ __all__ = [
     "RL_PRESETS",
     "ALGORITHMS",
     "rl_preset",
-    "train",
+    "train_rl",
     "RLResult",
     "training_problems",
     # its reward

@@ -44,6 +44,9 @@ def register_cli(sub) -> None:
     )
     p.add_argument("--num-problems", type=int, default=None, help="use only the first N problems")
     p.add_argument(
+        "--sft-step", type=int, default=None, help="the SFT run's checkpoint to start from (default: its latest)"
+    )
+    p.add_argument(
         "--preset", default="tiny", choices=sorted(RL_PRESETS), help="hyperparameters to start from (default: tiny)"
     )
     for flag, (field, kind, text) in _FLAGS.items():
@@ -54,7 +57,7 @@ def register_cli(sub) -> None:
 
 @core.user_errors("rl", evaluate.ProblemError, evaluate.SimulatorMissing, NotImplementedError)
 def _cli(args) -> int:
-    from cookbook.rl._run import DEFAULT_PROBLEMS, train, training_problems
+    from cookbook.rl._run import DEFAULT_PROBLEMS, train_rl, training_problems
 
     changes = {field: getattr(args, field) for field, _, _ in _FLAGS.values() if getattr(args, field) is not None}
     config = rl_preset(args.preset).replace(**changes)
@@ -66,7 +69,7 @@ def _cli(args) -> int:
         problems = problems[: args.num_problems] if args.num_problems else problems
     else:
         problems, _ = training_problems(args.run, args.num_problems or DEFAULT_PROBLEMS)
-    result = train(args.run, args.out, config, problems=problems if args.problems else None)
+    result = train_rl(args.run, args.out, config, problems=problems if args.problems else None, sft_step=args.sft_step)
     out = {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(result).items() if k != "steps"}
     last = result.steps[-1] if result.steps else {}
     print(json.dumps({**out, "last_step": last}))

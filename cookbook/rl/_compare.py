@@ -22,6 +22,7 @@ class HeldOutPass:
 
     label: str
     run_dir: Path
+    step: int | None  # the checkpoint sampled (None: the latest)
     pass1: float
     pass_k: float
     k: int
@@ -30,7 +31,7 @@ class HeldOutPass:
 
 
 def held_out_pass(
-    runs: Mapping[str, str | Path],
+    runs: Mapping[str, str | Path | tuple[str | Path, int]],
     *,
     rows: int = 48,
     n: int = 5,
@@ -39,10 +40,12 @@ def held_out_pass(
     seed: int = 0,
     batch_size: int = 80,
 ) -> list[HeldOutPass]:
-    """Each run's held-out pass@1 and pass@``n`` (label -> run directory, SFT or RL runs of one task)."""
+    """Each run's held-out pass@1 and pass@``n``: label -> a run directory (SFT or RL runs of one
+    task; their latest checkpoint) or (run directory, checkpoint step)."""
     if not runs:
         raise ValueError("give at least one run to sample")
-    first = next(iter(runs.values()))
+    where = {label: (r, None) if isinstance(r, (str, Path)) else r for label, r in runs.items()}
+    first = next(iter(where.values()))[0]
     config = train_lib.config_of_run(first)
     thinking = config.sample_task == "thinking"
     held_out = train_lib.eval_rows(config)[:rows]
@@ -51,10 +54,10 @@ def held_out_pass(
     budget = evaluate.greedy_sampling(tokenizer, held_out, thinking=thinking).max_tokens
     sampling = evaluate.PAPER_SAMPLING.replace(n=n, temperature=temperature, top_p=top_p, seed=seed, max_tokens=budget)
     out, sampler = [], None
-    for label, run_dir in runs.items():
+    for label, (run_dir, step) in where.items():
         if train_lib.config_of_run(run_dir).sample_task != config.sample_task:
             raise ValueError(f"{run_dir} trained another task than {first}: compare runs of one task")
-        model = train_lib.restore_lora_model(run_dir)
+        model = train_lib.restore_lora_model(run_dir, step=step)
         generation, sampler = evaluate.tunix_samples(
             model, tokenizer, problems, sampling, batch_size=batch_size, sampler=sampler, thinking=thinking
         )
@@ -63,6 +66,7 @@ def held_out_pass(
             HeldOutPass(
                 label=label,
                 run_dir=Path(run_dir),
+                step=step,
                 pass1=scores.pass_at(1),
                 pass_k=scores.pass_at(n),
                 k=n,

@@ -14,7 +14,9 @@ learner then skips the batches already trained. What this module adds, and why:
   but Tunix 0.1.7's learner computes the reference's log-probabilities whenever ``beta`` is
   not 0.0, and DAPO's is None, so the reference is needed even there.
 * **Stop tokens.** Tunix's rollout stops on ``<eos>`` only unless told; Gemma 4 ends its turn
-  with ``<turn|>``, so the rollout gets ``cookbook.models.stop_token_ids()``.
+  with ``<turn|>``, so the rollout gets ``cookbook.models.stop_token_ids()``. And Tunix cuts each
+  completion *before* its stop token, so its loss never trained the model to stop: the rollout
+  keeps it (``core.compat.tunix_rollout_keeps_stop_token``).
 * **A new sampling key per step.** ``RolloutConfig.seed=None`` makes every rollout use key 0;
   the batch iterator sets the key from the run's seed and the batch's index as Tunix takes
   each batch, so a resumed run samples what the uninterrupted one did.
@@ -48,14 +50,14 @@ from cookbook import lora as lora_lib
 from cookbook import mesh as mesh_lib
 from cookbook import train as train_lib
 from cookbook.rl._config import RLConfig
-from cookbook.rl._reward import RewardConfig, VerilogReward
+from cookbook.rl._reward import _TURN_ENDS, RewardConfig, VerilogReward
 
 DEFAULT_PROBLEMS = 64  # training rows turned into problems when none are given
 
 
 @dataclasses.dataclass(frozen=True)
 class RLResult:
-    """What :func:`train` did."""
+    """What :func:`train_rl` did."""
 
     run_dir: Path
     sft_run: Path
@@ -148,15 +150,17 @@ def _batches(prompts: list[str], names: list[str], config: RLConfig, rollout_con
         yield {"prompts": np.array([prompts[i] for i in chunk]), "problem": np.array([names[i] for i in chunk])}
 
 
-def train(
+def train_rl(
     sft_run: str | Path,
     out: str | Path,
     config: RLConfig | None = None,
     *,
     problems: Sequence[evaluate.Problem] | None = None,
+    sft_step: int | None = None,
     progress: bool = True,
 ) -> RLResult:
-    """Run RL from ``sft_run``'s latest LoRA checkpoint into ``out`` (resumes an unfinished ``out``)."""
+    """Run RL from ``sft_run``'s LoRA checkpoint ``sft_step`` (default its latest) into ``out``
+    (resumes an unfinished ``out``)."""
     import jax
     import optax  # noqa: F401  (Tunix's config imports it too; fail here if missing)
     import orbax.checkpoint as ocp
@@ -180,7 +184,9 @@ def train(
     sft_steps = train_lib.checkpoint_steps(sft_run)
     if not sft_steps:
         raise FileNotFoundError(f"{sft_run} holds no finished checkpoint: train it first")
-    section = _rl_section(config, sft_run, sft_steps[-1], problems)
+    if sft_step is not None and sft_step not in sft_steps:
+        raise ValueError(f"{sft_run} has no checkpoint {sft_step}; it has {sft_steps}")
+    section = _rl_section(config, sft_run, sft_step or sft_steps[-1], problems)
     resuming = _prepare_run_dir(out, sft_run, section)
 
     # The model: base on a mesh (1 x 1 too: one copy), LoRA, the SFT adapters; the base is the reference.
@@ -196,10 +202,10 @@ def train(
         quantize=sft_config.quantize,
         quant_tile=sft_config.quant_tile,
     )
-    sft_step = train_lib.load_lora_weights(actor, sft_run)
+    sft_step = train_lib.load_lora_weights(actor, sft_run, step=section["sft_step"])
     tokenizer = data_lib.load_tokenizer(base_dir=sft_config.base_dir)
 
-    prompts = [evaluate.prompt_text(tokenizer, p, thinking=thinking) for p in problems]
+    prompts = [evaluate.problem_prompt_text(tokenizer, p, thinking=thinking) for p in problems]
     longest = max(len(evaluate.prompt_token_ids(tokenizer, p, thinking=thinking)) for p in problems)
     max_prompt = 1 << (longest - 1).bit_length()
     max_tokens = config.max_response_tokens
@@ -243,6 +249,7 @@ def train(
             rollout_config=rollout_config,
         ),
     )
+    core.compat.tunix_rollout_keeps_stop_token(cluster.rollout)  # RL's loss then trains the model to stop
     reward = _StepRecorder(
         problems, RewardConfig(format=config.format_weight, thinking=thinking), out / "metrics.jsonl"
     )
@@ -320,6 +327,7 @@ class _StepRecorder(VerilogReward):
             "reward": float(np.mean(v.rewards)),
             "pass_rate": float(np.mean(v.passed)),
             "format_rate": float(np.mean(v.formatted)),
+            "stopped_rate": float(np.mean([any(e in c for e in _TURN_ENDS) for c in completions])),
             "completions": len(completions),
         }
         _append_step(self.path, row)

@@ -139,6 +139,30 @@ def test_guard_checkpoint_saves_runs_once_per_checkpoint_written(tmp_path):
     assert off.save(7, model, force=True) is False
 
 
+def test_tunix_still_cuts_before_the_stop_token_and_the_rollout_keeps_it():
+    """Tunix's sampler ends an unpadded completion at np_find_first_eos_idx: the stop token's own
+    index, so the token is cut (upstream behaviour the patch exists for). Inside the patched
+    rollout's call the end is one past it; a completion that never stopped keeps its length; after
+    the call the function is Tunix's again."""
+    import numpy as np
+    from tunix.generate import utils
+
+    ids, stops = np.array([7, 8, 6, 0, 0]), np.array([1, 6])
+    assert utils.np_find_first_eos_idx(ids, stops) == 2  # ids[:2]: the stop token 6 is cut
+    seen = {}
+
+    class Rollout:
+        def generate(self, prompts, config):
+            seen["end"] = utils.np_find_first_eos_idx(ids, stops)
+            seen["no_stop"] = utils.np_find_first_eos_idx(np.array([7, 8, 9]), stops)
+            return "out"
+
+    rollout = Rollout()
+    core.compat.tunix_rollout_keeps_stop_token(rollout)
+    assert rollout.generate(["p"], None) == "out" and seen == {"end": 3, "no_stop": 3}
+    assert utils.np_find_first_eos_idx(ids, stops) == 2
+
+
 def test_tunix_activation_sharding_swaps_and_restores_tunix_shard(mesh_4x2):
     import numpy as np
     from tunix.models.gemma4 import model as gemma4_model

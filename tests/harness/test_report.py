@@ -108,6 +108,7 @@ def test_values_flow_into_every_section(run):
         "07": "absent",
         "08": "absent",
         "09": "ok",
+        "10": "absent",
     }
 
     def part(prefix):
@@ -174,10 +175,10 @@ def test_ran_but_recorded_nothing_is_an_error(run):
 
 def test_unknown_notebook_gets_a_generic_section(run):
     run_dir, nbs = run
-    (nbs / "10_extra_step.ipynb").write_text("{}")
-    _write(run_dir, "10_extra_step", {"answer": 42})
+    (nbs / "11_extra_step.ipynb").write_text("{}")
+    _write(run_dir, "11_extra_step", {"answer": 42})
     md = harness.write_report(run_dir, nbs).markdown
-    assert "## 10. Extra step" in md and "| answer | 42 |" in md
+    assert "## 11. Extra step" in md and "| answer | 42 |" in md
 
 
 def test_training_loss_curve_read_from_the_run(run):

@@ -81,6 +81,9 @@ def test_rl_runs_from_an_sft_run_and_resumes_after_a_kill_to_the_same_adapters(t
     assert [r["step"] for r in rows] == list(range(1, 9)) and all(r["completions"] == 8 for r in rows)
     assert all(0.0 <= r["reward"] <= 1.1 + 1e-9 and r["pass_rate"] <= 1.0 for r in rows)
     assert any(r["pass_rate"] < 1.0 for r in rows), "no group disagreed: every advantage was 0"
+    # The completions keep the token that ended them (Tunix cuts it: core.compat.tunix_rollout_keeps_stop_token),
+    # so the policy gradient trains the model to stop.
+    assert all(r["stopped_rate"] > 0.5 for r in rows), [r["stopped_rate"] for r in rows]
     assert "Skipping non-TPU device" not in done.stderr  # Tunix's CPU HBM warning is kept off the console
     assert (straight / "curves.png").stat().st_size > 0
     assert any((straight / "tensorboard").rglob("events.out.tfevents*"))

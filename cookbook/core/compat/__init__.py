@@ -56,6 +56,7 @@ from cookbook.core.compat._tunix import (
     tunix_guard_checkpoint_saves,
     tunix_loss_fn,
     tunix_moe_routes_on_residual,
+    tunix_rollout_keeps_stop_token,
     tunix_trainer_with_progress,
 )
 
@@ -82,6 +83,7 @@ __all__ = [
     "last_buffered_train_loss",
     "tunix_trainer_with_progress",
     "tunix_guard_checkpoint_saves",
+    "tunix_rollout_keeps_stop_token",
     "tunix_gemma4_key_mapping",
     "tunix_gemma4_preprocess",
     "tunix_moe_routes_on_residual",

@@ -111,6 +111,37 @@ def tunix_guard_checkpoint_saves(trainer, before_save: Callable[[int, Any], None
     manager.save = save
 
 
+def tunix_rollout_keeps_stop_token(rollout) -> None:
+    """Make ``rollout.generate`` (Tunix's vanilla RL rollout) keep the token that stopped each
+    completion, so that RL's loss trains the model to stop.
+
+    Tunix 0.1.7's ``Sampler`` (unpadded output, as the rollout asks for) cuts each completion at
+    ``tunix.generate.utils.np_find_first_eos_idx``, *before* the stop token; the GRPO learner
+    builds its completion mask from those tokens, so ``<turn|>`` is never in the loss and nothing
+    reinforces ending the turn (TRL and verl keep the EOS in the mask). During this rollout's
+    calls only, the end index is one past the stop token; a completion that ran out of budget is
+    unchanged. ``tests/core/test_compat.py`` checks that upstream still cuts before the stop token
+    and ``tests/rl/test_rl.py`` that the rewarded completions end their turn.
+    """
+    from tunix.generate import utils
+
+    cut_before = utils.np_find_first_eos_idx
+    original_generate = rollout.generate
+
+    def cut_after(ids, eos_id):
+        end = cut_before(ids, eos_id)
+        return end + 1 if end < len(ids) else end
+
+    def generate(*args, **kwargs):
+        utils.np_find_first_eos_idx = cut_after
+        try:
+            return original_generate(*args, **kwargs)
+        finally:
+            utils.np_find_first_eos_idx = cut_before
+
+    rollout.generate = generate
+
+
 def tunix_gemma4_key_mapping(config) -> dict[str, Any]:
     """Tunix's Gemma 4 safetensors name map (HF key regex -> (Tunix path, transform)).
 
@@ -251,6 +282,7 @@ def tunix_einsum_accepts_quantized() -> bool:
 def checks() -> dict[str, bool]:
     import inspect
 
+    from tunix.generate import sampler as sampler_lib
     from tunix.models.gemma4 import model as gemma4_model
     from tunix.models.gemma4 import moe as gemma4_moe
     from tunix.models.gemma4 import params_safetensors
@@ -274,6 +306,8 @@ def checks() -> dict[str, bool]:
         "tunix gemma4 Einsum has w, w_scale, dtype, einsum_str": all(
             n in open(gemma4_model.__file__).read() for n in ("self.w_scale", "self.einsum_str", "self.dtype")
         ),
+        "tunix Sampler cuts unpadded completions at utils.np_find_first_eos_idx(": "utils.np_find_first_eos_idx("
+        in inspect.getsource(sampler_lib.Sampler.__call__),
         "PeftTrainer buffers _prev_buffered_train_metrics": "_prev_buffered_train_metrics"
         in open(peft_trainer.__file__).read(),
         "tunix gemma4 params_safetensors._get_key_and_transform_mapping and _make_preprocess_fn": callable(
