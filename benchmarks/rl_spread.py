@@ -1,6 +1,6 @@
 """Does RL on the simulator's verdict raise held-out pass@1, by more than its own spread? (notebook 10)
 
-    python benchmarks/rl_spread.py [--seeds 0 1 2 3 4] [--sft-step 150] [--rl-steps 50] [--out F]
+    python benchmarks/rl_spread.py [--seeds 0 1 2 3 4] [--sft-step 100] [--rl-steps 50] [--out F]
 
 Starts from the tiny plain recipe's SFT run (the run notebook 06 trains, in the cache) at one of
 its checkpoints, runs ``cookbook.rl`` (DAPO, the tiny RL preset) once per seed (each seed draws
@@ -35,7 +35,7 @@ EVAL_ROWS = 48  # as notebook 10
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--sft-step", type=int, default=150, help="the SFT checkpoint RL starts from")
+    ap.add_argument("--sft-step", type=int, default=100, help="the SFT checkpoint RL starts from")
     ap.add_argument("--rl-steps", type=int, default=50)
     ap.add_argument("--out", type=Path, default=core.RESULTS_DIR / "rl_spread.json")
     args = ap.parse_args()

@@ -58,6 +58,15 @@ def test_make_demo_on_a_fresh_cache(fresh_demo):
     assert nb06["thinking_thoughts_right"] >= outcome_bound("thinking", "thoughts_right", 200)
     assert nb08["thinking_served_pass1"] == nb08["thinking_tunix_pass1"] >= outcome_bound("thinking", "pass1", 100)
     assert nb08["thinking_same_outcomes"] and nb08["thinking_content_has_no_thought"]
+    # Notebook 10: a DAPO run of its RL_STEPS from 06's run, every step rewarded by the simulator; the
+    # reward scores the answer only (a reference inside a thought earns nothing) plus the format term.
+    nb10 = json.loads((run / "10_rl.json").read_text())
+    assert nb10["rl_steps"] == len(nb10["rl_curve"]) == 50 and nb10["sft_step"] == 100
+    assert all(r["completions"] == 8 and 0 <= r["pass_rate"] <= 1 for r in nb10["rl_curve"])
+    judged = nb10["reward_judged"]
+    assert judged["the reference answer"] == judged["written differently (ports, operands, comment)"] == 1.1
+    assert judged["the reference only inside a thought"] == 0.0 and judged["wrong operator"] == 0.1
+    assert all(0 <= nb10[k] <= 1 for k in ("sft_pass1", "rl_pass1", "control_pass1"))
     print(
         f"make demo: {fresh_demo.wall_s:.0f} s wall; per notebook (s): "
         + ", ".join(f"{n[:2]} {v['seconds']:.0f}" for n, v in log["notebooks"].items())
