@@ -4,7 +4,8 @@
 KL term, clipping 0.2 / 0.28, 16 samples per prompt, a binary functional reward); what it does
 not state is DAPO's own recipe (arXiv 2503.14476: learning rate 1e-6, 512 prompts per step,
 temperature 1.0, responses up to 20,480 tokens with the last 4,096 penalised when overlong),
-which Tunix's ``DAPOConfig`` defaults follow too. ``RL_PRESETS["tiny"]`` is the same algorithm
+which Tunix's ``DAPOConfig`` defaults follow too, but for the overlong penalty, which Tunix counts in
+characters (left off). ``RL_PRESETS["tiny"]`` is the same algorithm
 sized for the CPU twins: 4 samples per prompt, 2 prompts per step, a LoRA learning rate, and
 responses capped by the problems' answer budget (``cookbook.data.answer_budget``).
 """
@@ -35,7 +36,7 @@ class RLConfig:
     temperature: float = 0.9
     top_p: float = 0.95
     max_response_tokens: int | None = None  # None: the problems' answer budget (+ thought budget)
-    overlong_buffer: int | None = None  # DAPO's overlong penalty, in characters as Tunix counts them
+    overlong_buffer: None = None  # DAPO's overlong penalty: not supported (Tunix 0.1.7 counts characters)
     format_weight: float = 0.1  # the reward's format term (the functional term is 1)
     checkpoint_every_steps: int = 2
     max_checkpoints: int = 3
@@ -54,6 +55,11 @@ class RLConfig:
             problems.append(f"need 0 < epsilon <= epsilon_high, got {self.epsilon} and {self.epsilon_high}")
         if self.algorithm == "dapo" and self.beta:
             problems.append("DAPO has no KL term: set beta=0 or use algorithm='grpo'")
+        if self.overlong_buffer is not None:
+            problems.append(
+                "overlong_buffer is not supported: Tunix 0.1.7's DAPO penalty counts characters, not tokens "
+                "(docs/traps.md, trap 81); cap responses with max_response_tokens"
+            )
         if self.temperature <= 0:
             problems.append(f"temperature must be > 0 (RL needs a spread of samples), got {self.temperature}")
         if problems:
@@ -85,7 +91,6 @@ RL_PRESETS = {
         temperature=1.0,
         top_p=1.0,
         max_response_tokens=20480,
-        overlong_buffer=4096,
         checkpoint_every_steps=10,
     ),
 }

@@ -254,7 +254,7 @@ def train_rl(
         problems, RewardConfig(format=config.format_weight, thinking=thinking), out / "metrics.jsonl"
     )
     with _quiet_cpu_hbm_report():
-        learner = _learner(config, cluster, reward, max_tokens)
+        learner = _learner(config, cluster, reward)
     resumed_from = int(cluster.global_steps)  # the learner has restored the latest checkpoint's step
     if resuming and resumed_from >= config.max_steps:
         return _finish(out, sft_run, sft_step, resumed_from, 0.0)
@@ -286,7 +286,7 @@ def _quiet_cpu_hbm_report():
         logger.removeFilter(drop)
 
 
-def _learner(config: RLConfig, cluster, reward, max_tokens: int):
+def _learner(config: RLConfig, cluster, reward):
     from tunix.rl.grpo import dapo_learner, grpo_learner
 
     if config.algorithm == "dapo":
@@ -294,14 +294,7 @@ def _learner(config: RLConfig, cluster, reward, max_tokens: int):
             num_generations=config.group_size,
             epsilon=config.epsilon,
             epsilon_high=config.epsilon_high,
-            overlong_buffer=None
-            if config.overlong_buffer is None
-            else {
-                "enable": True,
-                "overlong_buffer_length": config.overlong_buffer,
-                "overlong_buffer_penalty": 1.0,
-                "max_response_length": max_tokens,
-            },
+            overlong_buffer=None,  # Tunix's counts characters (docs/traps.md, trap 81)
         )
         return dapo_learner.DAPOLearner(rl_cluster=cluster, algo_config=algo, reward_fns=[reward])
     algo = grpo_learner.GRPOConfig(
