@@ -30,6 +30,7 @@ STAGES = (
     "serve",
     "evaluate",
     "cost",
+    "rl",
     "harness",
 )
 MAX_LINES = 460  # "about 450": a module past it holds two ideas

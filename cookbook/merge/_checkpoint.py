@@ -46,9 +46,9 @@ def find_step_dir(path: str | Path, step: int | None = None) -> Path:
     path = Path(path).resolve()  # Orbax reads metadata from absolute paths only
     if (path / "model_params").is_dir():
         return path
-    from cookbook.train._runs import CHECKPOINT_DIRS
+    from cookbook import train
 
-    root = next((path / d for d in CHECKPOINT_DIRS if (path / d).is_dir()), path)
+    root = next((path / d for d in train.CHECKPOINT_DIRS if (path / d).is_dir()), path)
     steps = (
         sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "model_params").is_dir())
         if root.is_dir()
@@ -104,13 +104,13 @@ def open_lora_checkpoint(
     """Describe a LoRA checkpoint; explicit ``preset``/``rank``/``alpha`` override (and are checked)."""
     import orbax.checkpoint as ocp
 
-    from cookbook.train._runs import CHECKPOINT_DIRS
+    from cookbook import train
 
     step_dir = find_step_dir(path, step)
     meta_file = step_dir / "_CHECKPOINT_METADATA"
     step_meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     meta = dict(step_meta.get("custom_metadata") or {})
-    run_dir = step_dir.parent.parent if step_dir.parent.name in CHECKPOINT_DIRS else None
+    run_dir = step_dir.parent.parent if step_dir.parent.name in train.CHECKPOINT_DIRS else None
     if run_dir is not None and (run_dir / "recipe.json").is_file():
         meta = {**json.loads((run_dir / "recipe.json").read_text()), **meta}
     with _QuietAbsl():
