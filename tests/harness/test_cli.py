@@ -14,7 +14,21 @@ from cookbook import harness
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 # The recipe's commands, in recipe order.
-COMMANDS = ["base", "data", "plan", "train", "merge", "serve", "bench", "eval", "gpu-recipe", "cost", "demo", "launch"]
+COMMANDS = [
+    "base",
+    "data",
+    "plan",
+    "train",
+    "rl",
+    "merge",
+    "serve",
+    "bench",
+    "eval",
+    "gpu-recipe",
+    "cost",
+    "demo",
+    "launch",
+]
 STAGES = (
     "core",
     "models",
