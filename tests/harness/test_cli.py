@@ -42,6 +42,7 @@ STAGES = (
     "serve",
     "evaluate",
     "cost",
+    "rl",
     "harness",
 )
 
