@@ -46,7 +46,6 @@ import numpy as np
 
 from cookbook import core, evaluate, models
 from cookbook import data as data_lib
-from cookbook import lora as lora_lib
 from cookbook import mesh as mesh_lib
 from cookbook import train as train_lib
 from cookbook.rl._config import RLConfig
@@ -191,17 +190,7 @@ def train_rl(
 
     # The model: base on a mesh (1 x 1 too: one copy), LoRA, the SFT adapters; the base is the reference.
     mesh = mesh_lib.make_mesh(sft_config.mesh_fsdp, sft_config.mesh_tp)
-    base = models.load_tunix_model(sft_config.base_dir, sft_config.preset, mesh=mesh, dtype=sft_config.param_dtype)
-    actor = lora_lib.apply_lora(
-        base,
-        sft_config.lora,
-        preset=sft_config.preset,
-        mesh=mesh,
-        seed=sft_config.seed,
-        remat=sft_config.remat,
-        quantize=sft_config.quantize,
-        quant_tile=sft_config.quant_tile,
-    )
+    base, actor = train_lib.base_and_lora_model(sft_config, sft_config.base_dir, mesh)
     sft_step = train_lib.load_lora_weights(actor, sft_run, step=section["sft_step"])
     tokenizer = data_lib.load_tokenizer(base_dir=sft_config.base_dir)
 

@@ -19,6 +19,7 @@ from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: 
 from cookbook.train._runs import (  # noqa: F401
     CHECKPOINT_DIRS,
     RECIPE_VERSION,
+    base_and_lora_model,
     build_lora_model,
     cache_key,
     check_run_base,

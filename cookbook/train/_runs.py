@@ -78,12 +78,18 @@ def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, me
     ``mesh="auto"``: the config's mesh (:func:`config_mesh`; None on 1 x 1 is one device).
     """
 
-    base_dir = base_dir or resolve_base_dir(config)
     if isinstance(mesh, str):
         mesh = config_mesh(config)
-    model = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
+    return base_and_lora_model(config, base_dir, mesh)[1]
+
+
+def base_and_lora_model(config: TrainConfig, base_dir: str | Path | None, mesh) -> tuple[Any, Any]:
+    """The base model and the LoRA model built on it (B = 0), sharing the base's arrays: what
+    :func:`build_lora_model` returns, with the base kept (RL's frozen reference)."""
+    base_dir = base_dir or resolve_base_dir(config)
+    base = models.load_tunix_model(base_dir, config.preset, mesh=mesh, dtype=config.param_dtype)
     model = lora_lib.apply_lora(
-        model,
+        base,
         config.lora,
         preset=config.preset,
         mesh=mesh,
@@ -94,7 +100,7 @@ def build_lora_model(config: TrainConfig, base_dir: str | Path | None = None, me
     )
     if config.flash_attention:
         models.set_flash_attention(model, config.flash_block)  # after LoRA (trap 2)
-    return model
+    return base, model
 
 
 def recipe(config: TrainConfig, base_dir: str | Path) -> dict[str, Any]:
