@@ -11,6 +11,7 @@ Static checks over the source (``ast``), so they hold for code paths no test run
 from __future__ import annotations
 
 import ast
+import collections
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,46 @@ def test_nothing_points_outside_the_repository():
             if any(p in line for p in patterns):
                 found.append(f"{name}:{number}: {line.strip()[:120]}")
     assert not found, "points outside the repository (put the fact in docs/ instead):\n" + "\n".join(found)
+
+
+def _heading_anchors(markdown):
+    """GitHub's anchors for a markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens, a repeated heading numbered."""
+    import re
+
+    seen = collections.Counter()
+    anchors = set()
+    fence = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        match = None if fence else re.match(r"#{1,6} (.*)", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+            seen[slug] += 1
+    return anchors
+
+
+def test_the_readme_and_docs_links_resolve():
+    """Every relative link in README.md and docs/ names a file of the repository, and its #anchor a
+    heading of that file: moving a section to docs/ must not leave a dead link behind."""
+    import re
+
+    repo = PKG.parent
+    dead = []
+    for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                dead.append(f"{page.relative_to(repo)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _heading_anchors(linked.read_text()):
+                dead.append(f"{page.relative_to(repo)}: {target} (no such heading)")
+    assert not dead, "dead links:\n" + "\n".join(dead)
 
 
 # Private names the standard library documents as the type of a public call's result.
