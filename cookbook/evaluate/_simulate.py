@@ -3,8 +3,10 @@ reference and testbench, simulated, and judged by the testbench's own mismatch c
 
 As verilog-eval scores a sample: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb``
 over the candidate, the testbench and the reference, then ``vvp -n`` under a 30 s timeout, and a
-pass is the line ``Mismatches: 0 in N samples``; here N must also be more than zero (a candidate
-that stops the simulation before any sample would otherwise pass). Each simulation runs in its own
+pass is the line ``Mismatches: 0 in N samples`` with no compile warning that the benchmark's
+harness fails (:data:`HARNESS_FAILING_WARNINGS`); here N must also be more than zero (a candidate
+that stops the simulation before any sample would otherwise pass), and the verdict line must be the
+only one. ``benchmarks/harness_agreement.py`` measures how often this verdict equals the harness's. Each simulation runs in its own
 temporary directory, under a wall-clock timeout (its process group is killed), with its
 output going to a file capped by ``ulimit -f`` and its memory by ``ulimit -v``, inside an
 empty network namespace where the host allows one (``unshare -rn``; Icarus itself has no
@@ -46,6 +48,13 @@ from cookbook.evaluate._problems import TESTBENCH_TOP, Problem
 # verdict; no_module: the completion holds no `module ... ` at all.
 OUTCOMES = ("pass", "mismatch", "no_samples", "compile_error", "timeout", "runtime_error", "no_module")
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
+# Compile warnings that verilog-eval's harness (scripts/sv-iv-analyze) scores as a failure, code "n":
+# a process with no sensitivities. `always_comb y = 0;` simulates correctly (always_comb runs once
+# at time 0) and iverilog exits 0, but the benchmark fails it, so a pass here must too.
+HARNESS_FAILING_WARNINGS = (
+    "always_comb process has no sensitivities",
+    "found no sensitivities so it will never trigger",
+)
 INSTALL_HINT = (
     "Icarus Verilog is not installed: apt-get install iverilog (Debian/Ubuntu; brew install icarus-verilog on macOS)"
 )
@@ -224,6 +233,10 @@ def simulate(problem: Problem, completion: str, config: SimConfig | None = None)
             return SimResult(outcome="timeout", detail=f"compile ran over {config.timeout_s:g} s", seconds=t_compile)
         if rc != 0:
             return SimResult(outcome="compile_error", detail=_first_error(log), seconds=t_compile)
+        failed = [line.strip() for line in log.splitlines() if any(w in line for w in HARNESS_FAILING_WARNINGS)]
+        if failed:  # iverilog only warns; verilog-eval's harness fails the sample (its code "n")
+            detail = f"verilog-eval fails this warning: {failed[0]}"[:300]
+            return SimResult(outcome="compile_error", detail=detail, seconds=t_compile)
         # -none: waveform dumps suppressed (they decide nothing, and a wide bus's outgrows the cap)
         rc, t_sim = _run([vvp, "-n", "sim.vvp", "-none"], work, work / "sim.log", config)
         seconds = t_compile + t_sim

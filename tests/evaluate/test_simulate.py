@@ -184,3 +184,26 @@ endmodule
     flood = problem.answer.replace("endmodule", '  initial repeat (100000) $display("%0128h", in);\nendmodule')
     r = evaluate.simulate(problem, flood, small_cap)
     assert r.outcome == "runtime_error" and "output over the limit" in r.detail, r  # the cap still holds
+
+
+def test_a_process_with_no_sensitivities_fails_as_in_verilog_eval(iverilog):
+    """`always_comb y = 0;` simulates correctly (always_comb runs once at time 0) and iverilog only
+    warns, but verilog-eval's harness fails it (code "n"): a pass here must be a pass there."""
+    zero = "module zero8(input [7:0] a, b, output [7:0] y);\n  assign y = 8'd0;\nendmodule"
+    problem = evaluate.Problem(
+        name="Prob998_zero8",
+        prompt="Write a module whose 8-bit output is always zero.",
+        ref=zero.replace("module zero8(", "module RefModule("),
+        module="zero8",
+        answer=zero,
+        test=evaluate.two_input_testbench("zero8", 8),
+    )
+    assert evaluate.simulate(problem, zero).passed
+    sensitive = zero.replace("output [7:0] y", "output reg [7:0] y").replace(
+        "assign y = 8'd0;", "always_comb y = a & 8'd0;"
+    )
+    assert evaluate.simulate(problem, sensitive).passed  # it reads a: it has a sensitivity
+    for body in ("always_comb y = 8'd0;", "always @(*) y = 8'd0;"):
+        module = zero.replace("output [7:0] y", "output reg [7:0] y").replace("assign y = 8'd0;", body)
+        r = evaluate.simulate(problem, module)
+        assert r.outcome == "compile_error" and "no sensitivities" in r.detail and "verilog-eval" in r.detail, (body, r)
