@@ -121,3 +121,26 @@ def outcome_bound(recipe: str, metric: str, rows: int) -> float:
     values = [outcome_rate(r["scores"], metric, rows) for r in spread_runs(recipe) if r["case"].startswith("seed")]
     granule = 2 / (5 * rows) if metric == "sampled_pass1" else 1 / rows
     return min(values) - max(max(values) - min(values), 0.15, granule)
+
+
+def kill_after_checkpoint(command: list[str], out: Path, step: int, env: dict[str, str]) -> list[int]:
+    """Start ``command`` (a training run writing checkpoints under ``out``), SIGKILL its whole
+    process group as soon as the checkpoint of ``step`` is on disk, and return the checkpoint
+    steps it left: what a preempted TPU VM leaves. Fails if the run ended before it was killed."""
+    import signal
+    import time
+
+    from cookbook import train
+
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.time() + 600
+    while step not in train.checkpoint_steps(out) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    return train.checkpoint_steps(out)

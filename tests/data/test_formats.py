@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 
 from cookbook import data
+from cookbook.data import _examples as data_examples
 
 pytestmark = pytest.mark.jax_only
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+WEATHER = data_examples._WEATHER_TOOL  # the tool notebook 05 shows (test data, one copy)
 THOUGHT = "A 4-bit sum needs 5 bits."
 MODULE = "module add(input [3:0] a, b, output [4:0] y);\n  assign y = a + b;\nendmodule"
 SYSTEM = "You design digital circuits."

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from cookbook import gpu, lora, models, train
+from cookbook.data import _examples as data_examples
 
 PROJECTIONS = lora.HF_PROJECTIONS
 
@@ -206,14 +207,7 @@ def test_cli_refuses_a_foreign_or_earlier_out_unless_it_wrote_it(tmp_path, capsy
     ).is_file()
 
 
-_WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+_WEATHER = data_examples._WEATHER_TOOL  # the tool notebook 05 shows (test data, one copy)
 THINKING_AND_TOOL_ROWS = [
     {
         "messages": [

@@ -2,11 +2,8 @@
 and resumed to the same adapters, read back by the stages that read an SFT run."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -105,16 +102,7 @@ def test_rl_runs_from_an_sft_run_and_resumes_after_a_kill_to_the_same_adapters(t
 
     # The same command, killed after its step-4 checkpoint, then rerun: it resumes there.
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_rl_command(sft_run, killed), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    deadline = time.time() + 600
-    while 4 not in train.checkpoint_steps(killed) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
-    before = train.checkpoint_steps(killed)
+    before = userenv.kill_after_checkpoint(_rl_command(sft_run, killed), killed, 4, env)
     assert 4 in before and max(before) < 8 and not (killed / "summary.json").exists()
     rerun = subprocess.run(_rl_command(sft_run, killed), cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]

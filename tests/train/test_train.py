@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import userenv
 
 from cookbook import data, fit, train
 
@@ -285,18 +284,8 @@ def _cli_command(out: Path) -> list[str]:
 def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny_base):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_cli_command(killed), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    deadline = time.time() + 600
-    while 4 not in train.checkpoint_steps(killed) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
+    before = userenv.kill_after_checkpoint(_cli_command(killed), killed, 4, env)
     assert not (killed / "summary.json").exists()
-    before = train.checkpoint_steps(killed)
     assert 4 in before and max(before) < 12
 
     rerun = subprocess.run(_cli_command(killed), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
