@@ -224,30 +224,19 @@ def tunix_samples(
     else:
         sampler.transformer_state = nnx.variables(model)
     jobs = [(i, j) for i in range(len(problems)) for j in range(sampling.n)]
-    texts: dict[tuple[int, int], str] = {}
-    seeds: dict[tuple[int, int], int] = {}
     t0 = time.perf_counter()
-    for b, start in enumerate(range(0, len(jobs), batch_size)):
-        chunk = jobs[start : start + batch_size]
-        batch = [prompts[i] for i, _ in chunk]
-        batch += [batch[-1]] * (batch_size - len(batch))  # one compiled shape
-        kwargs: dict[str, Any] = (
-            {"temperature": 0.0}
-            if sampling.greedy
-            else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": None}
-        )
-        out = sampler(
-            batch,
-            max_generation_steps=sampling.max_tokens,
-            max_prompt_length=max_prompt,
-            eos_tokens=models.stop_token_ids(),
-            seed=sampling.seed + b,
-            **kwargs,
-        )
-        for job, text in zip(chunk, out.text[: len(chunk)], strict=True):
-            texts[job], seeds[job] = text, sampling.seed + b
-        if on_done is not None:
-            on_done(len(chunk))
+    out, drew = models.sample_prompts(
+        sampler,
+        [prompts[i] for i, _ in jobs],
+        max_tokens=sampling.max_tokens,
+        batch_size=batch_size,
+        max_prompt=max_prompt,
+        temperature=0.0 if sampling.greedy else sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
+        on_done=on_done,
+    )
+    texts, seeds = dict(zip(jobs, out, strict=True)), dict(zip(jobs, drew, strict=True))
     generation = Generation(
         completions={p.name: [texts[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},
         seeds={p.name: [seeds[(i, j)] for j in range(sampling.n)] for i, p in enumerate(problems)},

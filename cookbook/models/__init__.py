@@ -38,6 +38,7 @@ from cookbook.models._parity import (  # noqa: F401
     logit_parity,
     make_sampler,
     random_text_tokens,
+    sample_prompts,
     transformers_logits,
     tunix_logits,
 )

@@ -140,6 +140,50 @@ def make_sampler(model, tokenizer, cache_size: int):
     )
 
 
+def sample_prompts(
+    sampler,
+    prompts: list[str],
+    *,
+    max_tokens: int,
+    batch_size: int,
+    max_prompt: int | None = None,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    seed: int | None = None,
+    on_done=None,
+) -> tuple[list[str], list[int | None]]:
+    """Tunix's ``Sampler`` over ``prompts`` in fixed-size batches, stopping at Gemma 4's stop tokens.
+
+    The one sampling loop of the cookbook (``train.evaluate``, ``evaluate.tunix_samples`` and
+    :func:`generate` call it). The last batch is padded with its own last prompt, so every call
+    has one compiled shape; ``temperature`` 0 is greedy, and otherwise batch ``b`` draws with
+    ``seed + b`` (top-p ``top_p``, no top-k). ``on_done(k)`` is called after each batch with its
+    real prompt count (a progress bar).
+
+    Returns:
+      ``(texts, seeds)``: one completion per prompt, in order, and the seed its batch drew with.
+    """
+    texts: list[str] = []
+    seeds: list[int | None] = []
+    sampling = {"temperature": 0.0} if temperature == 0 else {"temperature": temperature, "top_p": top_p, "top_k": None}
+    for b, start in enumerate(range(0, len(prompts), batch_size)):
+        chunk = prompts[start : start + batch_size]
+        batch_seed = None if seed is None else seed + b
+        out = sampler(
+            chunk + [chunk[-1]] * (batch_size - len(chunk)),
+            max_generation_steps=max_tokens,
+            eos_tokens=tokenizer.stop_token_ids(),
+            **({} if max_prompt is None else {"max_prompt_length": max_prompt}),
+            **({} if batch_seed is None else {"seed": batch_seed}),
+            **sampling,
+        )
+        texts.extend(out.text[: len(chunk)])
+        seeds.extend([batch_seed] * len(chunk))
+        if on_done is not None:
+            on_done(len(chunk))
+    return texts, seeds
+
+
 def generate(
     model,
     tok,
@@ -155,10 +199,4 @@ def generate(
         tok.apply_chat_template([{"role": "user", "content": m}], tokenize=False, add_generation_prompt=True)
         for m in user_messages
     ]
-    out = sampler(
-        prompts,
-        max_generation_steps=max_new_tokens,
-        eos_tokens=tokenizer.stop_token_ids(),
-        temperature=0.0,
-    )
-    return list(out.text)
+    return sample_prompts(sampler, prompts, max_tokens=max_new_tokens, batch_size=len(prompts))[0]

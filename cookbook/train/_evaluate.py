@@ -31,7 +31,6 @@ def evaluate(
     from flax import nnx
 
     from cookbook import data
-    from cookbook import models as tok_lib
 
     if not rows:
         raise ValueError("evaluate() needs at least one row")
@@ -45,13 +44,9 @@ def evaluate(
         sampler = models.make_sampler(model, tokenizer, cache_size=max_prompt + max_new_tokens + 1)
     else:
         sampler.transformer_state = nnx.variables(model)
-    completions: list[str] = []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape
-        out = sampler(padded, max_generation_steps=max_new_tokens, max_prompt_length=max_prompt,
-                      eos_tokens=tok_lib.stop_token_ids(), temperature=0.0)  # fmt: skip
-        completions.extend(out.text[: len(chunk)])
+    completions, _ = models.sample_prompts(
+        sampler, prompts, max_tokens=max_new_tokens, batch_size=batch_size, max_prompt=max_prompt
+    )
     correct = sum(data.exact_match(c, r) for c, r in zip(completions, rows, strict=True))
     return {"accuracy": correct / len(rows), "correct": correct, "n": len(rows),
             "completions": completions, "sampler": sampler}  # fmt: skip

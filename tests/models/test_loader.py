@@ -80,3 +80,30 @@ def test_index_pointing_outside_is_refused(tiny_base, tmp_path):
     (bad / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match="outside the checkpoint directory"):
         models.read_checkpoint_index(bad)
+
+
+def test_the_sampling_loop_keeps_order_pads_the_last_batch_and_seeds_per_batch(tiny_base):
+    """models.sample_prompts, the one loop train.evaluate and evaluate.tunix_samples share: five
+    prompts in batches of two run as three calls of one shape (the last padded), come back in
+    order, and batch b draws with seed + b."""
+    from transformers import AutoTokenizer
+
+    model = models.load_tunix_model(tiny_base, "tiny")
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    a, b = (
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in ("Write a module named add8.", "Write an inverter.")
+    )
+    sampler = models.make_sampler(model, tok, cache_size=64)
+    done = []
+    greedy, seeds = models.sample_prompts(sampler, [a, b, a, b, a], max_tokens=12, batch_size=2, max_prompt=32,
+                                          on_done=done.append)  # fmt: skip
+    assert done == [2, 2, 1] and seeds == [None] * 5
+    assert greedy[0] == greedy[2] and greedy[1] == greedy[3]  # the same batch, the same greedy text
+    assert greedy[0] != greedy[1]  # and in order: the two prompts differ
+    sampled, seeds = models.sample_prompts(sampler, [a, b, a, b], max_tokens=12, batch_size=2, max_prompt=32,
+                                           temperature=1.0, top_p=1.0, seed=7)  # fmt: skip
+    assert seeds == [7, 7, 8, 8]
+    again, _ = models.sample_prompts(sampler, [a, b], max_tokens=12, batch_size=2, max_prompt=32,
+                                     temperature=1.0, top_p=1.0, seed=8)  # fmt: skip
+    assert again == sampled[2:] and sampled[:2] != sampled[2:]  # batch 1 drew with seed 8, batch 0 did not
