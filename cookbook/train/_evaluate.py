@@ -36,9 +36,8 @@ def evaluate(
         raise ValueError("evaluate() needs at least one row")
     prompts = [data_lib.prompt_text(tokenizer, r) for r in rows]
     prompt_len = max(len(data_lib.prompt_ids(tokenizer, r)) for r in rows)
-    if max_new_tokens is None:
-        answer_len = max(len(tokenizer(_written(r), add_special_tokens=False)["input_ids"]) for r in rows)
-        max_new_tokens = answer_len + 8
+    if max_new_tokens is None:  # the budget vLLM's served check gets: the answer, its thought, 8 spare
+        max_new_tokens = data.answer_budget(tokenizer, rows, slack=8) + data.thought_budget(tokenizer, rows)
     max_prompt = 1 << (prompt_len - 1).bit_length()
     if sampler is None:
         sampler = models.make_sampler(model, tokenizer, cache_size=max_prompt + max_new_tokens + 1)
@@ -50,11 +49,3 @@ def evaluate(
     correct = sum(data.exact_match(c, r) for c, r in zip(completions, rows, strict=True))
     return {"accuracy": correct / len(rows), "correct": correct, "n": len(rows),
             "completions": completions, "sampler": sampler}  # fmt: skip
-
-
-def _written(row: dict) -> str:
-    """What the model writes for a row: the answer, after its thought channel where it has one."""
-    from cookbook import data
-
-    thought = data.thought_of(row)
-    return data.answer_of(row) if not thought else f"<|channel>thought\n{thought}\n<channel|>{data.answer_of(row)}"
