@@ -37,6 +37,8 @@ from cookbook.fit import _step as step_lib
 from cookbook.fit._kernels import splash_kernel_flops_per_chip
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
 
+OBJECTIVES = ("sft", "dapo", "grpo")  # the steps the planner compiles: PeftTrainer's, or an RL actor update
+
 # --------------------------------------------------------------------------------------
 # Devices and chips
 
@@ -134,8 +136,38 @@ def abstract_batch(batch: int, seq_len: int, mesh) -> dict[str, Any]:
     }
 
 
+def abstract_rl_example(config: PlanConfig, mesh):
+    """Shapes of one RL actor batch (``tunix.rl.common.TrainExample``), sharded on ``fsdp``:
+    ``batch_size`` rollouts of ``seq_len - completion_len`` prompt tokens and ``completion_len``
+    sampled ones, their advantages, and the reference log-probs where the objective has a KL term
+    (GRPO; DAPO has none, and Tunix then runs no reference pass)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+    from tunix.rl import common
+
+    def sds(shape, dtype):
+        spec = PartitionSpec("fsdp", *([None] * (len(shape) - 1)))
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+
+    b, c = config.batch_size, config.completion_len
+    p = config.seq_len - c
+    return common.TrainExample(
+        prompt_ids=sds((b, p), jnp.int32),
+        prompt_mask=sds((b, p), jnp.int32),
+        completion_ids=sds((b, c), jnp.int32),
+        completion_mask=sds((b, c), jnp.int32),
+        advantages=sds((b,), jnp.float32),
+        ref_per_token_logps=sds((b, c), jnp.float32) if config.objective == "grpo" else None,
+        old_per_token_logps=None,  # one iteration per batch: Tunix takes the current log-probs
+    )
+
+
 def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
-    """Lower (not compile) the LoRA train step for ``mesh``; returns (lowered, lora_count)."""
+    """Lower (not compile) the LoRA train step for ``mesh``; returns (lowered, lora_count).
+
+    ``config.objective`` "sft" is Tunix's ``PeftTrainer`` step; "dapo"/"grpo" the RL actor's
+    update on a batch of rollouts (``cookbook.fit._step.make_rl_step``)."""
     import jax
 
     from cookbook.fit import _sharding as sharding
@@ -143,8 +175,13 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
     graphdef, lora_abs, rest_abs, lora_count = _abstract_plan_model(config, preset, mesh)
     tx = plan_optimizer(config)
     opt_abs = sharding.abstract_optimizer_state(tx, lora_abs, mesh)
-    batch_abs = abstract_batch(config.batch_size, config.seq_len, mesh)
-    step = step_lib.make_train_step(graphdef, tx)
+    if config.objective == "sft":
+        batch_abs = abstract_batch(config.batch_size, config.seq_len, mesh)
+        step = step_lib.make_train_step(graphdef, tx)
+    else:
+        batch_abs = abstract_rl_example(config, mesh)
+        algo = step_lib.rl_algo_config(config.objective, group=16)  # CodeV-R1's; it shapes nothing in the step
+        step = step_lib.make_rl_step(graphdef, tx, algo)
     out_shardings = (
         jax.tree.map(lambda x: x.sharding, lora_abs),
         jax.tree.map(lambda x: x.sharding, opt_abs),
@@ -193,6 +230,13 @@ def check_config(config: PlanConfig, preset: models.ModelPreset, fsdp: int, tp: 
     mesh_lib.validate_mesh(preset, fsdp, tp, config.batch_size, num_devices=chips)
     models.get_remat_choice(config.remat)
     lora_lib.check_quant_tile(preset, config.quantize, config.quant_tile)  # QLoRA: the tile, no experts
+    if config.objective not in OBJECTIVES:
+        raise ValueError(f"objective {config.objective!r} is not one of {OBJECTIVES}")
+    if config.objective != "sft" and not 0 < config.completion_len < config.seq_len:
+        raise ValueError(
+            f"an RL step ({config.objective}) needs 0 < completion_len < seq_len (a prompt and a completion); "
+            f"got completion_len {config.completion_len}, seq_len {config.seq_len}"
+        )
     if config.flash_attention and config.seq_len % config.flash_block:
         raise ValueError(
             f"flash attention needs seq_len ({config.seq_len}) to be a multiple of flash_block ({config.flash_block})"
@@ -214,7 +258,10 @@ def plan_cache_path(config: PlanConfig) -> Path:
     """``<cache root>/plans/<key>.json``; the key covers the config, preset and compiler."""
     from cookbook import lora as lora_lib
 
-    parts = {"config": config.to_dict(), "preset": repr(preset_for(config)), "versions": compiler_versions()}
+    fields = config.to_dict()
+    if fields["objective"] == "sft":  # the SFT step's keys stay as they were before RL steps were planned
+        del fields["objective"], fields["completion_len"]
+    parts = {"config": fields, "preset": repr(preset_for(config)), "versions": compiler_versions()}
     if config.quantize:  # the cookbook's own part of a QLoRA program (bf16 keys stay as they were)
         parts["qlora_step"] = lora_lib.QLORA_STEP
     key = json.dumps(parts, sort_keys=True)

@@ -57,6 +57,18 @@ def register_cli(sub) -> None:
         help="global batch per micro-step (default: the smallest the mesh takes, its fsdp size; a search starts at 1)",
     )
     p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument(
+        "--objective",
+        default=d.objective,
+        choices=["sft", "dapo", "grpo"],
+        help="the step: SFT (PeftTrainer), or an RL actor update on --batch rollouts (Tunix's DAPO / GRPO learners)",
+    )
+    p.add_argument(
+        "--completion-len",
+        type=int,
+        default=d.completion_len,
+        help="RL: sampled tokens of each rollout, out of --seq-len (the rest is its prompt)",
+    )
     p.add_argument("--remat", default=d.remat, choices=list(models.REMAT_CHOICES))
     p.add_argument("--flash", dest="flash_attention", action="store_true", help="splash attention")
     p.add_argument("--block", dest="flash_block", type=int, default=d.flash_block, help="splash attention block size")

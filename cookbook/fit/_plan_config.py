@@ -51,6 +51,11 @@ class PlanConfig:
     num_layers: int | None = None  # override the preset's depth (layer-slice probes)
     mfu: float = DEFAULT_MFU
     patch_activation_sharding: bool = True  # docs/traps.md trap 3: Tunix's shard() on the TPU mesh
+    # The step compiled: "sft" (Tunix's PeftTrainer) or an RL actor update, "dapo" or "grpo" (Tunix's
+    # learners), whose batch_size sequences are groups of rollouts: seq_len - completion_len prompt
+    # tokens, then completion_len sampled ones.
+    objective: str = "sft"
+    completion_len: int = 0
 
     def replace(self, **changes: Any) -> PlanConfig:
         if isinstance(changes.get("lora"), dict):
@@ -231,6 +236,11 @@ class PlanReport:
             f"batch {c.batch_size} x {c.seq_len}, remat {c.remat}, "
             f"{'splash block ' + str(c.flash_block) if c.flash_attention else 'dense attention'}"
         )
+        if c.objective != "sft":
+            head += (
+                f"; RL actor step ({c.objective.upper()}, Tunix's policy loss): {c.batch_size} rollouts of "
+                f"{c.seq_len - c.completion_len} prompt + {c.completion_len} sampled tokens"
+            )
         if not self.compiles:
             return f"{head}\n  does not compile for this slice: {self.error}"
         gib = 2**30

@@ -283,3 +283,30 @@ def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
     assert core.cache_root() == core.DEFAULT_CACHE
     path = fit.plan_cache_path(fit.PlanConfig(**TINY))
     assert path.is_relative_to(core.cache_root()) and models.default_base_dir("tiny").is_relative_to(core.cache_root())
+
+
+@pytest.mark.slow  # three compiles, ~35 s
+def test_the_rl_actor_step_compiles_for_one_chip_with_tunixs_policy_loss():
+    """An RL update (issue 36): Tunix's own DAPO / GRPO policy loss on a batch of rollouts, its LoRA
+    gradients and AdamW, compiled for one v5e chip with no TPU. It is a forward and backward over the
+    same tokens as an SFT step (the same FLOPs within 1%); GRPO's KL term adds the reference
+    log-probs, one float per sampled token, to the step's inputs, and DAPO (no KL) has none."""
+    shape = dict(model_preset="tiny", slice_name="v5e-1", seq_len=64, batch_size=4, remat="none")
+    sft = fit.plan(fit.PlanConfig(**shape))
+    dapo = fit.plan(fit.PlanConfig(**shape, objective="dapo", completion_len=48))
+    grpo = fit.plan(fit.PlanConfig(**shape, objective="grpo", completion_len=48))
+    for r in (sft, dapo, grpo):
+        assert r.compiles and r.fits, r.summary()
+    assert dapo.lora_params == sft.lora_params
+    assert dapo.flops_per_chip == pytest.approx(sft.flops_per_chip, rel=0.01)
+    # batch x completion float32 log-probs, the 48 padded to the TPU's 128 lanes
+    assert grpo.argument_bytes - dapo.argument_bytes == 4 * 128 * 4
+    assert "RL actor step (DAPO" in dapo.summary() and "16 prompt + 48 sampled" in dapo.summary()
+    with pytest.raises(ValueError, match="completion_len"):
+        fit.plan(fit.PlanConfig(**shape, objective="dapo"))
+    with pytest.raises(ValueError, match="objective 'ppo'"):
+        fit.plan(fit.PlanConfig(**shape, objective="ppo", completion_len=8))
+    # An RL step is cached apart from the SFT step of the same shape.
+    assert fit.plan_cache_path(fit.PlanConfig(**shape)) != fit.plan_cache_path(
+        fit.PlanConfig(**shape, objective="dapo", completion_len=48)
+    )
