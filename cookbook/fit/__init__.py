@@ -72,6 +72,7 @@ from cookbook.fit._search import (  # noqa: F401
     candidates,
     compile_all,
     extrapolate,
+    plan_probed,
     probe_depths,
     search,
 )

@@ -37,7 +37,9 @@ from cookbook.fit import _step as step_lib
 from cookbook.fit._kernels import splash_kernel_flops_per_chip
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
 
-OBJECTIVES = ("sft", "dapo", "grpo")  # the steps the planner compiles: PeftTrainer's, or an RL actor update
+# The steps the planner compiles: PeftTrainer's, an RL actor update, or one token of a rollout
+# (Tunix's sampler: every sequence of the batch one token further, its KV cache seq_len long).
+OBJECTIVES = ("sft", "dapo", "grpo", "decode")
 
 # --------------------------------------------------------------------------------------
 # Devices and chips
@@ -198,6 +200,38 @@ def lower_train_step(config: PlanConfig, mesh, preset: models.ModelPreset):
     return lowered, lora_count
 
 
+def lower_decode_step(config: PlanConfig, mesh, preset: models.ModelPreset):
+    """Lower one decoding step of Tunix's sampler (``Sampler._sample_step``'s model call): each of
+    ``batch_size`` sequences one token further against a KV cache of ``seq_len`` (the model's own
+    ``init_cache``), the LoRA policy as the RL rollout samples it. Returns (lowered, lora_count)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    graphdef, lora_abs, rest_abs, lora_count = _abstract_plan_model(config, preset, mesh)
+    b, t = config.batch_size, config.seq_len
+    model = nnx.merge(graphdef, lora_abs, rest_abs)
+    cache_shapes = jax.eval_shape(lambda: model.init_cache(b, t, jnp.bfloat16))
+
+    def batch_sharded(x):
+        spec = PartitionSpec("fsdp", *([None] * (x.ndim - 1))) if x.ndim else PartitionSpec()
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec))
+
+    cache_abs = jax.tree.map(batch_sharded, cache_shapes)
+    token = batch_sharded(jax.ShapeDtypeStruct((b, 1), jnp.int32))
+    mask = batch_sharded(jax.ShapeDtypeStruct((b, 1, t), jnp.bool_))
+
+    def decode(lora, rest, cache, last_token, positions, attention_mask):
+        step_model = nnx.merge(graphdef, lora, rest)
+        return step_model(last_token, positions=positions, cache=cache, attention_mask=attention_mask)
+
+    jitted = jax.jit(decode, donate_argnums=(2,))
+    with core.compat.tunix_activation_sharding(mesh, config.patch_activation_sharding):
+        lowered = jitted.lower(lora_abs, rest_abs, cache_abs, token, token, mask)
+    return lowered, lora_count
+
+
 def preset_for(config: PlanConfig) -> models.ModelPreset:
     """The model preset the plan compiles: bfloat16 unless asked otherwise, depth overridable."""
     preset = models.get_preset(config.model_preset).with_overrides(dtype=config.param_dtype or "bfloat16")
@@ -232,10 +266,14 @@ def check_config(config: PlanConfig, preset: models.ModelPreset, fsdp: int, tp: 
     lora_lib.check_quant_tile(preset, config.quantize, config.quant_tile)  # QLoRA: the tile, no experts
     if config.objective not in OBJECTIVES:
         raise ValueError(f"objective {config.objective!r} is not one of {OBJECTIVES}")
-    if config.objective != "sft" and not 0 < config.completion_len < config.seq_len:
+    if config.objective in ("dapo", "grpo") and not 0 < config.completion_len < config.seq_len:
         raise ValueError(
             f"an RL step ({config.objective}) needs 0 < completion_len < seq_len (a prompt and a completion); "
             f"got completion_len {config.completion_len}, seq_len {config.seq_len}"
+        )
+    if config.objective == "decode" and config.flash_attention:
+        raise ValueError(
+            "a decode step attends with one query token, as Tunix's sampler does: leave flash attention off"
         )
     if config.flash_attention and config.seq_len % config.flash_block:
         raise ValueError(
@@ -326,7 +364,8 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     )
     t0 = time.perf_counter()
     try:
-        lowered, lora_count = lower_train_step(config, mesh, preset)
+        lower = lower_decode_step if config.objective == "decode" else lower_train_step
+        lowered, lora_count = lower(config, mesh, preset)
     except ValueError as e:  # a kernel that refuses the shapes (Tunix's splash on KV-shared layers)
         return PlanReport(
             **base, compiles=False, error=f"does not lower: {compiler_reason(e)}", compile_s=time.perf_counter() - t0
@@ -351,7 +390,7 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     flops = float(cost.get("flops", 0.0))
     args, out, alias = mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes
     temp, code = mem.temp_size_in_bytes, mem.generated_code_size_in_bytes
-    tokens = config.batch_size * config.seq_len
+    tokens = config.batch_size * (1 if config.objective == "decode" else config.seq_len)  # decode: one each
     # At the assumed MFU, with the splash kernels' FLOPs the compiler does not count.
     step_s = (flops + splash_kernel_flops_per_chip(config)) / (figures["peak_flops"] * config.mfu)
     return PlanReport(

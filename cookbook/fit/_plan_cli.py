@@ -60,8 +60,9 @@ def register_cli(sub) -> None:
     p.add_argument(
         "--objective",
         default=d.objective,
-        choices=["sft", "dapo", "grpo"],
-        help="the step: SFT (PeftTrainer), or an RL actor update on --batch rollouts (Tunix's DAPO / GRPO learners)",
+        choices=["sft", "dapo", "grpo", "decode"],
+        help="the step: SFT (PeftTrainer), an RL actor update on --batch rollouts (Tunix's DAPO / GRPO learners), "
+        "or one rollout token for --batch sequences against a KV cache of --seq-len (Tunix's sampler)",
     )
     p.add_argument(
         "--completion-len",

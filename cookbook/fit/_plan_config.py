@@ -51,9 +51,10 @@ class PlanConfig:
     num_layers: int | None = None  # override the preset's depth (layer-slice probes)
     mfu: float = DEFAULT_MFU
     patch_activation_sharding: bool = True  # docs/traps.md trap 3: Tunix's shard() on the TPU mesh
-    # The step compiled: "sft" (Tunix's PeftTrainer) or an RL actor update, "dapo" or "grpo" (Tunix's
+    # The step compiled: "sft" (Tunix's PeftTrainer); an RL actor update, "dapo" or "grpo" (Tunix's
     # learners), whose batch_size sequences are groups of rollouts: seq_len - completion_len prompt
-    # tokens, then completion_len sampled ones.
+    # tokens, then completion_len sampled ones; or "decode", one token of a rollout for each of
+    # batch_size sequences against a KV cache of seq_len (Tunix's sampler).
     objective: str = "sft"
     completion_len: int = 0
 
@@ -236,7 +237,9 @@ class PlanReport:
             f"batch {c.batch_size} x {c.seq_len}, remat {c.remat}, "
             f"{'splash block ' + str(c.flash_block) if c.flash_attention else 'dense attention'}"
         )
-        if c.objective != "sft":
+        if c.objective == "decode":
+            head += f"; one decoding step (Tunix's sampler): {c.batch_size} sequences, a KV cache of {c.seq_len}"
+        elif c.objective != "sft":
             head += (
                 f"; RL actor step ({c.objective.upper()}, Tunix's policy loss): {c.batch_size} rollouts of "
                 f"{c.seq_len - c.completion_len} prompt + {c.completion_len} sampled tokens"

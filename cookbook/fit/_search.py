@@ -197,6 +197,13 @@ def compiles_needed(config: PlanConfig) -> list[PlanConfig]:
     return [config] if depths is None else [config.replace(num_layers=n) for n in depths]
 
 
+def plan_probed(config: PlanConfig) -> PlanReport:
+    """``plan(config)`` as the search compiles it: a deep model at its two probe depths, then
+    extrapolated to full depth (:func:`probe_depths`); a shallow one at full depth."""
+    needed = compiles_needed(config)
+    return full_depth_report(config, {c: plan(c) for c in needed})
+
+
 def full_depth_report(config: PlanConfig, probes: dict[PlanConfig, PlanReport]) -> PlanReport | None:
     """``config``'s full-depth report from its compiles in ``probes`` (None if one is missing)."""
     needed = compiles_needed(config)

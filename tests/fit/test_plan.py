@@ -302,6 +302,13 @@ def test_the_rl_actor_step_compiles_for_one_chip_with_tunixs_policy_loss():
     # batch x completion float32 log-probs, the 48 padded to the TPU's 128 lanes
     assert grpo.argument_bytes - dapo.argument_bytes == 4 * 128 * 4
     assert "RL actor step (DAPO" in dapo.summary() and "16 prompt + 48 sampled" in dapo.summary()
+    # One rollout token (Tunix's sampler, the LoRA policy against a KV cache): a forward alone, so
+    # about a third of a training token's FLOPs (a backward costs about two forwards).
+    decode = fit.plan(fit.PlanConfig(**shape, objective="decode"))
+    assert decode.compiles and decode.tokens_per_step == 4, decode.summary()
+    assert 2 < dapo.flops_per_token / decode.flops_per_token < 4
+    with pytest.raises(ValueError, match="one query token"):
+        fit.plan(fit.PlanConfig(**shape, objective="decode", flash_attention=True))
     with pytest.raises(ValueError, match="completion_len"):
         fit.plan(fit.PlanConfig(**shape, objective="dapo"))
     with pytest.raises(ValueError, match="objective 'ppo'"):

@@ -1,0 +1,132 @@
+"""The RL actor step on the paper's TPUs, compiled with no TPU: 31B on v5p-8 and v6e-8, E4B on one v6e.
+
+``cookbook rl`` runs Tunix's DAPO learner; on a TPU its update is Tunix's policy loss (the
+per-token log-probs of the sampled completions, the clipped importance ratio, token-mean, no KL,
+as CodeV-R1 trains) over a group of rollouts, with LoRA gradients and AdamW. This compiles that
+step (``cookbook.fit``, ``PlanConfig.objective="dapo"``) for one group of 16 rollouts of 4,096
+tokens (a 1,024-token prompt, 3,072 sampled), on the mesh the SFT layout search chose for the slice
+(``benchmarks/results/plan_search_<size>.json``), per-decoder remat, splash attention where Tunix
+lowers it (31B; dense on E4B), a bf16 base. 31B compiles at 6 and 12 layers and is extrapolated, as
+the layout search does; E4B at full depth. Each row: GiB per chip against the usable HBM, the
+compiler's step estimate (or the FLOP floor where libtpu gives none) and rollouts per second by it,
+and what sampling the group costs by the same estimate: one decoding step of Tunix's sampler for the
+16 sequences against a 4,096-token KV cache (``objective="decode"``), times the 3,072 sampled tokens,
+against the update (the prompt's prefill not counted).
+GRPO's KL term would add one reference forward per rollout (Tunix runs it apart, with no
+gradient); DAPO has none. Nothing here ran on a TPU.
+
+    .venv/bin/python benchmarks/rl_plan.py       # writes benchmarks/results/rl_plan.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+OUT = REPO / "benchmarks" / "results" / "rl_plan.json"
+
+GROUP = 16  # CodeV-R1's samples per prompt
+SEQ_LEN, COMPLETION = 4096, 3072
+CELLS = (("gemma4_31b", "v5p-8"), ("gemma4_31b", "v6e-8"), ("gemma4_e4b", "v6e-1"))
+
+
+def space_for(preset: str, slice_name: str):
+    from cookbook import mesh, models
+    from cookbook.fit import SearchSpace
+
+    p = models.get_preset(preset)
+    choice = mesh.choose_mesh(p, slice_name, GROUP)
+    attention = "dense" if p.num_kv_shared_layers else "splash512"
+    return SearchSpace(
+        meshes=((choice.fsdp, choice.tp),),
+        remats=("decoder",),
+        attentions=(attention,),
+        batch_per_fsdp=(GROUP // choice.fsdp,),
+        grow_batch=0,
+    )
+
+
+def decode_report(preset: str, slice_name: str, fsdp: int, tp: int):
+    """One decoding step of the group (``PlanConfig.objective="decode"``), extrapolated in depth
+    from the same probe depths as the update where the model is deep (``fit.search``'s rule)."""
+    from cookbook import fit
+
+    base = fit.PlanConfig(
+        model_preset=preset, slice_name=slice_name, objective="decode", batch_size=GROUP, seq_len=SEQ_LEN,
+        mesh_fsdp=fsdp, mesh_tp=tp, remat="none",
+    )  # fmt: skip
+    return fit.plan_probed(base)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cells", default=None, help="comma-separated PRESET/SLICE (default: all three)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    from cookbook.core import setup_runtime_env
+
+    setup_runtime_env()
+    from cookbook import fit
+
+    cells = [tuple(c.split("/")) for c in args.cells.split(",")] if args.cells else CELLS
+    data = json.loads(args.out.read_text()) if args.out.is_file() else {"rows": {}}
+    for preset, slice_name in cells:
+        base = fit.PlanConfig(model_preset=preset, seq_len=SEQ_LEN, objective="dapo", completion_len=COMPLETION)
+        res = fit.search(preset, slice_name, space_for(preset, slice_name), base=base)
+        name = res.best()
+        reports = list(res.reports.values())
+        r = res.reports[name] if name else (reports[0] if reports else None)
+        row = {"preset": preset, "slice": slice_name, "objective": "dapo", "group": GROUP, "seq_len": SEQ_LEN}
+        row["completion_len"] = COMPLETION
+        if r is None or not r.compiles:
+            row.update(compiled=False, why=res.rejected() or (r.error if r else "nothing compiled"))
+        else:
+            row.update(
+                compiled=True,
+                fits=name is not None,
+                layout=name or r.plan_config.model_preset,
+                mesh=f"{r.fsdp}x{r.tp}",
+                gib_per_chip=r.total_bytes / 2**30,
+                hbm_gib_per_device=r.hbm_bytes / 2**30,
+                extrapolated_from=list(r.extrapolated_from) if r.extrapolated_from else None,
+                estimated_step_s=r.estimated_step_s,
+                estimate_bound=r.estimate_bound,
+                rollouts_per_s=GROUP / r.estimated_step_s,
+                sampled_tokens_per_s=GROUP * COMPLETION / r.estimated_step_s,
+                flops_per_chip=r.flops_per_chip,
+            )
+        if row["compiled"]:
+            # A rollout of the group by the same estimate: COMPLETION decoding steps of the 16
+            # sequences against a 4,096-token KV cache, on the actor's mesh (the prefill not counted).
+            mesh_fsdp, mesh_tp = r.fsdp, r.tp
+            decode = decode_report(preset, slice_name, mesh_fsdp, mesh_tp)
+            if decode.compiles:
+                row.update(
+                    decode_step_s=decode.estimated_step_s,
+                    decode_estimate_bound=decode.estimate_bound,
+                    decode_gib_per_chip=decode.total_bytes / 2**30,
+                    rollout_s=COMPLETION * decode.estimated_step_s,
+                    rollout_over_update=COMPLETION * decode.estimated_step_s / r.estimated_step_s,
+                )
+            else:
+                row.update(decode_error=decode.error)
+        data["rows"][f"{preset}/{slice_name}"] = row
+        data.update(
+            written_on=datetime.date.today().isoformat(),
+            load_average_at_write=os.getloadavg()[0],
+            machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
