@@ -4,8 +4,8 @@
 per-token log-probs of the sampled completions, the clipped importance ratio, token-mean, no KL,
 as CodeV-R1 trains) over a group of rollouts, with LoRA gradients and AdamW. This compiles that
 step (``cookbook.fit``, ``PlanConfig.objective="dapo"``) for one group of 16 rollouts of 4,096
-tokens (a 1,024-token prompt, 3,072 sampled), on the mesh the SFT layout search chose for the slice
-(``benchmarks/results/plan_search_<size>.json``), per-decoder remat, splash attention where Tunix
+tokens (a 1,024-token prompt, 3,072 sampled) in micro-batches of 16 or 4 (:data:`MICRO_BATCHES`),
+on the mesh ``cookbook.mesh.choose_mesh`` picks for the slice, per-decoder remat, splash attention where Tunix
 lowers it (31B; dense on E4B), a bf16 base. 31B compiles at 6 and 12 layers and is extrapolated, as
 the layout search does; E4B at full depth. Each row: GiB per chip against the usable HBM, the
 compiler's step estimate (or the FLOP floor where libtpu gives none) and rollouts per second by it,
@@ -32,6 +32,10 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "results" / "rl_plan.json"
 
 GROUP = 16  # CodeV-R1's samples per prompt
+# Rollouts per micro-step of the update: the whole group, or 4 of them (the SFT layouts' batch on
+# v6e-8) with the group's gradient accumulated over 4 micro-steps, as Tunix's actor does with a
+# training micro-batch smaller than the group. The faster layout that fits is the row.
+MICRO_BATCHES = (16, 4)
 SEQ_LEN, COMPLETION = 4096, 3072
 CELLS = (("gemma4_31b", "v5p-8"), ("gemma4_31b", "v6e-8"), ("gemma4_e4b", "v6e-1"))
 
@@ -47,7 +51,7 @@ def space_for(preset: str, slice_name: str):
         meshes=((choice.fsdp, choice.tp),),
         remats=("decoder",),
         attentions=(attention,),
-        batch_per_fsdp=(GROUP // choice.fsdp,),
+        batch_per_fsdp=tuple(sorted({m // choice.fsdp for m in MICRO_BATCHES if m % choice.fsdp == 0})),
         grow_batch=0,
     )
 
@@ -87,9 +91,12 @@ def main() -> int:
         if r is None or not r.compiles:
             row.update(compiled=False, why=res.rejected() or (r.error if r else "nothing compiled"))
         else:
+            micro = r.plan_config.batch_size
             row.update(
                 compiled=True,
                 fits=name is not None,
+                micro_batch=micro,
+                group_update_s=r.estimated_step_s * GROUP / micro,
                 layout=name or r.plan_config.model_preset,
                 mesh=f"{r.fsdp}x{r.tp}",
                 gib_per_chip=r.total_bytes / 2**30,
@@ -97,8 +104,7 @@ def main() -> int:
                 extrapolated_from=list(r.extrapolated_from) if r.extrapolated_from else None,
                 estimated_step_s=r.estimated_step_s,
                 estimate_bound=r.estimate_bound,
-                rollouts_per_s=GROUP / r.estimated_step_s,
-                sampled_tokens_per_s=GROUP * COMPLETION / r.estimated_step_s,
+                rollouts_per_s=micro / r.estimated_step_s,
                 flops_per_chip=r.flops_per_chip,
             )
         if row["compiled"]:
@@ -112,7 +118,7 @@ def main() -> int:
                     decode_estimate_bound=decode.estimate_bound,
                     decode_gib_per_chip=decode.total_bytes / 2**30,
                     rollout_s=COMPLETION * decode.estimated_step_s,
-                    rollout_over_update=COMPLETION * decode.estimated_step_s / r.estimated_step_s,
+                    rollout_over_update=COMPLETION * decode.estimated_step_s / (r.estimated_step_s * GROUP / micro),
                 )
             else:
                 row.update(decode_error=decode.error)
