@@ -162,7 +162,9 @@ def compile_cell(
 ):
     """bf16 then nf4 at 4,096 tokens, then at 2,048 and 1,024: the first layout that fits wins.
 
-    ``start``: (seq_len, quantize) of the rung to begin at (:data:`CONTAINS`).
+    ``start``: (seq_len, quantize) of the rung to begin at (:data:`CONTAINS`). With ``cached_only``
+    a rung that was never compiled ends the ladder with no result (None): a misfit is said only
+    when every rung was compiled, never from the rungs that happen to be cached.
     """
     from cookbook import fit
 
@@ -176,6 +178,8 @@ def compile_cell(
             if not started:
                 continue
             one = fit.search(preset, slice_name, space, base=base, workers=workers, cached_only=cached_only)
+            if cached_only and not one.reports:  # this rung was never compiled: the ladder is open
+                return None, "benchmarks/runtimes.py", tried
             if one.reports and seq_len not in tried:
                 tried.append(seq_len)
             res = one if res is None else fit.merge_searches(res, one)
@@ -250,7 +254,7 @@ def main() -> int:
             found = (*found, None) if found else None
             res, source, tried = found or compile_cell(preset, slice_name, args.workers, start, args.cached_only)
             if res is None or (not res.reports and not found):
-                continue  # --cached-only and nothing cached for the cell: left out
+                continue  # --cached-only and a rung of the cell's ladder not cached: left as it was
             row = row_of(preset, slice_name, res, source, tried)
             data = load(args.out)  # again: another run may have added rows meanwhile
             data["rows"][key] = row
