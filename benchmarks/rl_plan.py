@@ -5,13 +5,15 @@ per-token log-probs of the sampled completions, the clipped importance ratio, to
 as CodeV-R1 trains) over a group of rollouts, with LoRA gradients and AdamW. This compiles that
 step (``cookbook.fit``, ``PlanConfig.objective="dapo"``) for one group of 16 rollouts of 4,096
 tokens (a 1,024-token prompt, 3,072 sampled) in micro-batches of 16 or 4 (:data:`MICRO_BATCHES`),
-on the mesh ``cookbook.mesh.choose_mesh`` picks for the slice, per-decoder remat, splash attention where Tunix
+per-decoder remat, splash attention where Tunix
 lowers it (31B; dense on E4B), a bf16 base. 31B compiles at 6 and 12 layers and is extrapolated, as
 the layout search does; E4B at full depth. Each row: GiB per chip against the usable HBM, the
 compiler's step estimate (or the FLOP floor where libtpu gives none) and rollouts per second by it,
 and what sampling the group costs by the same estimate: one decoding step of Tunix's sampler for the
-16 sequences against a 4,096-token KV cache (``objective="decode"``), times the 3,072 sampled tokens,
-against the update (the prompt's prefill not counted).
+16 sequences against a 4,096-token KV cache (``objective="decode"``; never faster than reading the
+bytes it accesses at the chip's HBM bandwidth), times the 3,072 sampled tokens, against the update
+(the prompt's prefill not counted). The mesh is the SFT step's where it fits on the slice
+(``benchmarks/results/runtimes.json``), else ``cookbook.mesh.choose_mesh``'s.
 GRPO's KL term would add one reference forward per rollout (Tunix runs it apart, with no
 gradient); DAPO has none. Nothing here ran on a TPU.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "results" / "rl_plan.json"
+RUNTIMES = REPO / "benchmarks" / "results" / "runtimes.json"
 
 GROUP = 16  # CodeV-R1's samples per prompt
 # Rollouts per micro-step of the update: the whole group, or 4 of them (the SFT layouts' batch on
@@ -45,13 +48,18 @@ def space_for(preset: str, slice_name: str):
     from cookbook.fit import SearchSpace
 
     p = models.get_preset(preset)
-    choice = mesh.choose_mesh(p, slice_name, GROUP)
+    sft = json.loads(RUNTIMES.read_text())["rows"].get(f"{preset}/{slice_name}", {})
+    if sft.get("fits"):  # the SFT step's mesh there (a 4,096-token batch of its size fits on it)
+        fsdp, tp = sft["mesh_fsdp"], sft["mesh_tp"]
+    else:
+        choice = mesh.choose_mesh(p, slice_name, GROUP)
+        fsdp, tp = choice.fsdp, choice.tp
     attention = "dense" if p.num_kv_shared_layers else "splash512"
     return SearchSpace(
-        meshes=((choice.fsdp, choice.tp),),
+        meshes=((fsdp, tp),),
         remats=("decoder",),
         attentions=(attention,),
-        batch_per_fsdp=tuple(sorted({m // choice.fsdp for m in MICRO_BATCHES if m % choice.fsdp == 0})),
+        batch_per_fsdp=tuple(sorted({m // fsdp for m in MICRO_BATCHES if m % fsdp == 0})),
         grow_batch=0,
     )
 
@@ -113,12 +121,19 @@ def main() -> int:
             mesh_fsdp, mesh_tp = r.fsdp, r.tp
             decode = decode_report(preset, slice_name, mesh_fsdp, mesh_tp)
             if decode.compiles:
+                # Decoding reads every weight and the KV cache for one token each: bound by HBM
+                # bandwidth, which the FLOP floor (all libtpu gives on v5e/v6e) does not see.
+                from cookbook import core
+
+                bandwidth_s = decode.bytes_accessed / core.get_slice(slice_name).chip.device_hbm_bytes_per_s
+                step_s = max(decode.estimated_step_s, bandwidth_s)
+                bound = "HBM bandwidth" if bandwidth_s >= decode.estimated_step_s else decode.estimate_bound
                 row.update(
-                    decode_step_s=decode.estimated_step_s,
-                    decode_estimate_bound=decode.estimate_bound,
+                    decode_step_s=step_s,
+                    decode_estimate_bound=bound,
                     decode_gib_per_chip=decode.total_bytes / 2**30,
-                    rollout_s=COMPLETION * decode.estimated_step_s,
-                    rollout_over_update=COMPLETION * decode.estimated_step_s / (r.estimated_step_s * GROUP / micro),
+                    rollout_s=COMPLETION * step_s,
+                    rollout_over_update=COMPLETION * step_s / (r.estimated_step_s * GROUP / micro),
                 )
             else:
                 row.update(decode_error=decode.error)
