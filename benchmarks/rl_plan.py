@@ -4,7 +4,7 @@
 per-token log-probs of the sampled completions, the clipped importance ratio, token-mean, no KL,
 as CodeV-R1 trains) over a group of rollouts, with LoRA gradients and AdamW. This compiles that
 step (``cookbook.fit``, ``PlanConfig.objective="dapo"``) for one group of 16 rollouts of 4,096
-tokens (a 1,024-token prompt, 3,072 sampled) in micro-batches of 16 or 4 (:data:`MICRO_BATCHES`),
+tokens (a 1,024-token prompt, 3,072 sampled) in micro-batches of 16, 4 or 1 (:data:`MICRO_BATCHES`),
 per-decoder remat, splash attention where Tunix
 lowers it (31B; dense on E4B), a bf16 base. 31B compiles at 6 and 12 layers and is extrapolated, as
 the layout search does; E4B at full depth. Each row: GiB per chip against the usable HBM, the
@@ -35,10 +35,10 @@ OUT = REPO / "benchmarks" / "results" / "rl_plan.json"
 RUNTIMES = REPO / "benchmarks" / "results" / "runtimes.json"
 
 GROUP = 16  # CodeV-R1's samples per prompt
-# Rollouts per micro-step of the update: the whole group, or 4 of them (the SFT layouts' batch on
-# v6e-8) with the group's gradient accumulated over 4 micro-steps, as Tunix's actor does with a
+# Rollouts per micro-step of the update: the whole group, 4 of them (the SFT layouts' batch on
+# v6e-8) or one, with the group's gradient accumulated over the micro-steps, as Tunix's actor does with a
 # training micro-batch smaller than the group. The faster layout that fits is the row.
-MICRO_BATCHES = (16, 4)
+MICRO_BATCHES = (16, 4, 1)
 SEQ_LEN, COMPLETION = 4096, 3072
 CELLS = (("gemma4_31b", "v5p-8"), ("gemma4_31b", "v6e-8"), ("gemma4_e4b", "v6e-1"))
 
