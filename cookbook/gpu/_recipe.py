@@ -29,9 +29,8 @@ clipping                      none unless set                     ``max_grad_nor
 ``lora_config.json``, ``recipe.json``, ``fsdp_config.yaml`` and ``train_gpu.py`` (a copy of
 :mod:`cookbook.gpu.train_gpu`, which needs no cookbook install) for ``accelerate launch``.
 ``tests/gpu/test_recipe.py`` checks on CPU that transformers+PEFT (through that very script and TRL's
-``SFTTrainer``) and Tunix+Qwix compute the same loss and stay together over AdamW steps.
-
-End to end on CPU (``benchmarks/gpu_recipe_e2e.py``, losses and pass@1 beside Tunix's): docs/results.md.
+``SFTTrainer``) and Tunix+Qwix compute the same loss and stay together over AdamW steps. End to end
+on CPU (``benchmarks/gpu_recipe_e2e.py``, losses and pass@1 beside Tunix's): docs/results.md.
 Written by hand: only the translation between the stacks' configurations; the training is TRL's, PEFT's, accelerate's.
 """
 

@@ -25,8 +25,7 @@ What makes the objective the TPU run's (Tunix ``PeftTrainer`` + Qwix LoRA), not 
 * LoRA parameterisation: Qwix puts ONE LoRA on Tunix's stacked ``kv_einsum``, so K and V share ``lora_A``;
   PEFT gives ``k_proj`` and ``v_proj`` one each. ``tie_kv_lora_a`` makes them one parameter. On K = V
   global layers there is no ``v_proj``: the ``k_proj`` LoRA adapts V too, in transformers as in Tunix.
-* LoRA A initialisation: Qwix draws A with He-uniform (bound sqrt(6 / fan_in)); PEFT's
-  default is Kaiming-uniform with a = sqrt(5) (2.45x narrower). Redrawn here.
+* LoRA A initialisation: Qwix draws A with He-uniform (bound sqrt(6 / fan_in)); PEFT's default is Kaiming-uniform with a = sqrt(5) (2.45x narrower). Redrawn here.
 """
 
 from __future__ import annotations
