@@ -1,4 +1,5 @@
-"""Stage 06, section 8: the GPU recipe (TRL + PEFT + FSDP) with the TPU run's objective, and its parity check."""
+"""Stage 06, section 8: the GPU recipe (TRL + PEFT + FSDP) with the TPU run's objective, and its parity check;
+the same for the RL stage (TRL's GRPOTrainer with ``cookbook rl``'s objective)."""
 
 from cookbook.gpu._parity import (  # noqa: F401
     CPU_OVERRIDES,
@@ -16,5 +17,22 @@ from cookbook.gpu._recipe import (  # noqa: F401
     write_gpu_recipe,
 )
 from cookbook.gpu._recipe_cli import format_summary, summary  # noqa: E402, F401, I001
-from cookbook.gpu._recipe_cli import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
+from cookbook.gpu._recipe_cli import register_cli as add_gpu_recipe_parser  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_dir import RECIPE_FILES, check_recipe_dir  # noqa: E402, F401, I001
+from cookbook.gpu._rl_parity import (  # noqa: E402, F401, I001
+    RL_CPU_OVERRIDES,
+    RLParityResult,
+    import_grpo_script,
+    run_rl_parity,
+    tunix_rl_algo_config,
+)
+from cookbook.gpu._rl_recipe import (  # noqa: E402, F401, I001
+    RL_RECIPE_FILES,
+    GpuRLRecipe,
+    completion_budget,
+    derive_gpu_rl_recipe,
+    grpo_batch_layout,
+    rl_launch_command,
+    rl_summary,
+    write_gpu_rl_recipe,
+)

@@ -42,7 +42,8 @@ def format_summary(recipe: GpuRecipe) -> str:
 # Command line: cookbook gpu-recipe
 
 
-def register_cli(sub: argparse._SubParsersAction) -> None:
+def register_cli(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``gpu-recipe`` (the SFT recipe) to ``sub``; returns its parser (``cookbook.harness`` adds ``--rl``)."""
     p = sub.add_parser(
         "gpu-recipe",
         help="write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective",
@@ -71,6 +72,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-bf16", action="store_true", help="train in float32 even for bf16 presets")
     p.add_argument("--base-model", default=None, help="Hub id or path of the base checkpoint")
     p.set_defaults(func=_cli)
+    return p
 
 
 @core.user_errors("gpu-recipe", code=2)

@@ -338,6 +338,30 @@ def apply_lora(model, lora_kwargs: dict, recipe: dict, seed: int):
 # Trainer
 
 
+def load_base_model(model_path: str, recipe: dict[str, Any]):
+    """The base checkpoint in the recipe's dtype, quantized by bitsandbytes for a QLoRA recipe."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, recipe.get("model_dtype", "bfloat16"))
+    extra = {}
+    if recipe.get("quantization"):  # QLoRA: the base loaded quantized by bitsandbytes
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "this recipe is QLoRA (recipe.json 'quantization'): pip install bitsandbytes on the GPU host"
+            ) from None
+        from transformers import BitsAndBytesConfig
+
+        q = dict(recipe["quantization"])
+        for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
+            if key in q:
+                q[key] = getattr(torch, q[key])
+        extra["quantization_config"] = BitsAndBytesConfig(**q)
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, **extra)
+
+
 def build_trainer(
     *,
     model_path: str,
@@ -357,8 +381,7 @@ def build_trainer(
       sft_overrides: changes to ``sft_config.json`` (e.g. ``{"bf16": False}`` on CPU).
       model: an already-loaded base model (otherwise loaded from ``model_path``).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     cfg = load_recipe(recipe_dir)
@@ -366,23 +389,7 @@ def build_trainer(
     sft = {**cfg["sft"], **(sft_overrides or {}), "output_dir": str(output_dir)}
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if model is None:
-        dtype = getattr(torch, recipe.get("model_dtype", "bfloat16"))
-        extra = {}
-        if recipe.get("quantization"):  # QLoRA: the base loaded quantized by bitsandbytes
-            try:
-                import bitsandbytes  # noqa: F401
-            except ImportError:
-                raise SystemExit(
-                    "this recipe is QLoRA (recipe.json 'quantization'): pip install bitsandbytes on the GPU host"
-                ) from None
-            from transformers import BitsAndBytesConfig
-
-            q = dict(recipe["quantization"])
-            for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
-                if key in q:
-                    q[key] = getattr(torch, q[key])
-            extra["quantization_config"] = BitsAndBytesConfig(**q)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, **extra)
+        model = load_base_model(model_path, recipe)
     model = apply_lora(model, cfg["lora"], recipe, seed=int(sft.get("seed", 0)))
     max_length, too_long = sft.get("max_length"), recipe.get("too_long", "drop")
     if not eval_rows:
@@ -438,6 +445,7 @@ __all__ = [
     "build_dataset",
     "build_trainer",
     "init_lora_a_he_uniform",
+    "load_base_model",
     "load_recipe",
     "lost_content",
     "read_rows",

@@ -20,6 +20,7 @@ from cookbook.harness._demo import (  # noqa: F401
     schedule,
 )
 from cookbook.harness._demo import register_cli as register_demo_cli  # noqa: E402, F401, I001
+from cookbook.harness._gpu_recipe_cli import register_cli as register_gpu_recipe_cli  # noqa: E402, F401, I001
 from cookbook.harness._record import (  # noqa: F401
     load_results,
     parameter_form,
