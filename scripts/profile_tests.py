@@ -3,6 +3,7 @@ two streams ``scripts/run_tests.sh`` runs side by side, balanced from it.
 
     python scripts/profile_tests.py [.cache/test-profile] [--top 40] [--json tests/profile.json]
     python scripts/profile_tests.py --split [tests/profile.json]
+    python scripts/profile_tests.py --cores
 
 Reads every ``*.jsonl`` in the folder (``scripts/run_tests.sh`` writes one per stream), and
 prints each stream's span, wall and CPU seconds, then the files and the tests that cost most, by
@@ -15,8 +16,18 @@ vLLM server; a session fixture's cost is in the setup of the first test that ask
 main job (``make demo`` and the browser test of its report: :data:`DEMO`), the TPU-host pass
 (:data:`TPU_HOST`) ends one of them, and files that share a session fixture in memory stay
 together (:data:`TOGETHER`); then every group goes, longest first, to the stream that ends
-sooner (LPT). A test file the profile does not know yet counts as the median file. Every test
+sooner (LPT), and within each stream the files that use the demo's runs (:data:`SHARED_RUN_USERS`)
+go last. A test file the profile does not know yet counts as the median file. Every test
 file under tests/ is in exactly one stream.
+
+``--cores`` prints two lines, the CPUs each stream is pinned to (``taskset -c``): this process's
+CPUs halved (:func:`core_sets`), or nothing where there are fewer than two. Pinned, every JAX
+process of a stream runs XLA's CPU kernels on one thread; unpinned, two streams' processes each
+ran a pool as wide as the machine on its two cores, and a 60-step tiny ``cookbook train`` beside
+the suite took 48.4 CPU-seconds against 37.4 pinned to one core (2026-12-06, this 2-core host;
+wall 95 s and 103 s). The suite's outcome bounds hold either way: the spreads they are derived
+from include runs pinned to one core (``benchmarks/outcome_spread.py``), and a run's cache key
+names its CPU count (``cookbook.train.result_determinants``), so both streams share runs.
 """
 
 from __future__ import annotations
@@ -43,6 +54,18 @@ TOGETHER = (
         "tests/serve/test_serve_twins.py",
         "tests/gpu/test_parity_twins.py",
     ),
+)
+
+# Files that use the runs the demo trains too (the tiny plain and thinking runs: tests/userenv.py
+# tiny_run, notebooks 06-08, the RL stage): each stream runs them after its other files, so that the
+# demo (the second stream's first file) has trained those runs by then and no stream waits on a
+# run's lock with its CPU idle; pinned to its own core (--cores), a waiting stream's CPU is lost.
+SHARED_RUN_USERS = (
+    *TOGETHER[0],
+    "tests/notebooks/test_nb_06_train.py",
+    "tests/notebooks/test_nb_07_merge.py",
+    "tests/notebooks/test_nb_08_serving.py",
+    "tests/rl/test_rl.py",
 )
 
 
@@ -81,10 +104,12 @@ def split(profile: list[dict], files: list[str] | None = None) -> tuple[list[str
     """(first stream's files, second stream's files, their predicted wall seconds) from a per-file
     profile (:func:`by_file`'s rows); the TPU-host pass is the entry :data:`TPU_HOST`."""
     files = test_files() if files is None else files
+    # A file's CPU seconds are what it takes on a stream pinned to its own core (--cores); its wall
+    # seconds in the profile also hold the other stream's contention and any wait on a lock.
     wall: dict[str, float] = {}
     for row in profile:  # the TPU-host pass's rows name .venv's files too: they add up to one entry
         key = TPU_HOST if row["stream"] == TPU_HOST else row["file"]
-        wall[key] = wall.get(key, 0.0) + row["wall_s"]
+        wall[key] = wall.get(key, 0.0) + row.get("cpu_s", row["wall_s"])
     known = [wall[f] for f in files if f in wall]
     default = statistics.median(known) if known else 1.0
     groups = [tuple(f for f in g if f in files) for g in TOGETHER]
@@ -99,10 +124,22 @@ def split(profile: list[dict], files: list[str] | None = None) -> tuple[list[str
         i = 0 if ends[0] <= ends[1] else 1
         streams[i] += g
         ends[i] += sum(wall.get(f, default) for f in g)
+    for stream in streams:  # the shared runs' users after the rest (stable: LPT order within each part)
+        stream.sort(key=lambda f: f in SHARED_RUN_USERS and f not in demo)
     last = 0 if ends[0] <= ends[1] else 1
     streams[last].append(TPU_HOST)
     ends[last] += tpu_host
     return streams[0], streams[1], ends[0], ends[1]
+
+
+def core_sets(cpus: list[int]) -> tuple[str, str] | None:
+    """The ``taskset -c`` lists of the two streams: the first half of ``cpus`` and the rest
+    (sorted); None for fewer than two CPUs, where there is nothing to split."""
+    cpus = sorted(cpus)
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,11 +148,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=30, help="tests and files listed per table")
     ap.add_argument("--json", type=Path, help="write the per-file table here")
     ap.add_argument("--split", action="store_true", help="print the two streams' files (folder: a --json file)")
+    ap.add_argument("--cores", action="store_true", help="print the two streams' CPU lists (taskset -c)")
     ap.add_argument("--closing-line", action="store_true", help="print 'suite: N passed, N failed, N skipped'")
     args = ap.parse_args(argv)
     if args.closing_line:
         outcomes = collections.Counter(r.get("outcome", "passed") for r in load(args.folder))
         print(f"suite: {outcomes['passed']} passed, {outcomes['failed']} failed, {outcomes['skipped']} skipped")
+        return
+    if args.cores:
+        import os
+
+        sets = core_sets(list(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None
+        if sets:
+            print("\n".join(sets))
         return
     if args.split:
         path = args.folder if args.folder.suffix == ".json" else REPO / "tests" / "profile.json"

@@ -7,10 +7,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))  # the suite's helper modules (userenv, nbutil, twins, ...)
+from userenv import COLLECTIVE_TIMEOUT_FLAG  # noqa: E402
 
 # Must happen before anything imports JAX: the suite runs on a fake 8-device CPU host so
 # that sharding is really exercised (4 x 2 fsdp x tp meshes).
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count=8 {COLLECTIVE_TIMEOUT_FLAG}"
+).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -21,7 +25,6 @@ os.environ.setdefault("COOKBOOK_CACHE", str(REPO / ".cache" / "cookbook"))
 from cookbook import core  # noqa: E402
 
 core.setup_runtime_env()
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_configure(config):

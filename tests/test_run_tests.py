@@ -76,6 +76,11 @@ def test_split_puts_every_test_file_in_one_stream_and_keeps_the_rules():
     for group in profile_tests.TOGETHER:
         assert set(group) <= set(first) or set(group) <= set(second), group
     assert profile_tests.TPU_HOST in (first[-1], second[-1])  # after the tests of its stream
+    for stream in (first, second):  # the demo's runs' users after every other file (the demo trains them)
+        files_only = [f for f in stream if f != profile_tests.TPU_HOST and f not in profile_tests.DEMO]
+        users = [f in profile_tests.SHARED_RUN_USERS for f in files_only]
+        assert users == sorted(users), stream
+    assert set(profile_tests.SHARED_RUN_USERS) <= set(files)
 
 
 @pytest.mark.parametrize("walls", [[50, 40, 30, 20, 10, 5, 5], [100, 1, 1, 1], [3] * 9])
@@ -88,3 +93,39 @@ def test_split_balances_longest_first(walls):
     assert abs(end0 - end1) <= max(walls)
     by_name = dict(zip(files, walls, strict=True))
     assert sum(by_name.get(f, 0) for f in first) == end0 and sum(by_name.get(f, 0) for f in second) == end1
+
+
+@pytest.mark.parametrize(
+    ("cpus", "expected"),
+    [
+        ([1, 0], ("0", "1")),
+        ([0, 1, 2, 3, 4], ("0,1", "2,3,4")),
+        ([6, 2, 4, 7], ("2,4", "6,7")),
+        ([3], None),
+        ([], None),
+    ],
+)
+def test_the_streams_are_pinned_to_disjoint_halves_of_the_cpus(cpus, expected):
+    sets = profile_tests.core_sets(cpus)
+    assert sets == expected
+    if sets:  # every CPU in exactly one stream
+        halves = [set(map(int, s.split(","))) for s in sets]
+        assert not halves[0] & halves[1] and halves[0] | halves[1] == set(cpus)
+
+
+def test_cores_prints_one_line_per_stream_from_this_process_affinity():
+    done = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, str(REPO / "scripts" / "profile_tests.py"), "--cores"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == ""  # one CPU: nothing to split, the streams run unpinned
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "profile_tests.py"), "--cores"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cpus = sorted(os.sched_getaffinity(0))
+    assert done.stdout.splitlines() == (list(profile_tests.core_sets(cpus)) if len(cpus) > 1 else [])

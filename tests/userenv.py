@@ -38,6 +38,13 @@ SESSION_ONLY = (
     "COOKBOOK_TEST_STREAM",
 )
 
+# A collective waits for every device's thread; XLA aborts the process when one has not arrived in
+# 40 s. On a loaded 2-core host that happened to a 4-device tiny run in the suite (2026-12-06:
+# "Expected 4 threads to join the rendezvous, but only 2 of them arrived on time"), a starved
+# thread, not a hang. The suite's processes with several devices wait up to 10 minutes
+# (tests/conftest.py, and the children that set their own XLA_FLAGS).
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds=600"
+
 _TRAIN = """
 import json, sys
 from cookbook import core

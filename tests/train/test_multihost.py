@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from userenv import COLLECTIVE_TIMEOUT_FLAG
 
 from cookbook import mesh, train
 
@@ -34,7 +35,7 @@ STEPS = ["--max-steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--chec
 def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COOKBOOK_") or k == "COOKBOOK_CACHE"}
     env.update(
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {COLLECTIVE_TIMEOUT_FLAG}",
         JAX_PLATFORMS="cpu",
         COOKBOOK_DISTRIBUTED_TIMEOUT="120",
     )
