@@ -13,7 +13,7 @@ under the cache root, so a stopped run resumes where it stopped.
 - ``gemma4_26b_a4b``: probes at 6 and 12 layers extrapolated to 30, checked against one
   full-depth compile (``FULL_DEPTH_CHECKS``).
 - ``gemma4_e2b``, ``gemma4_e4b``: compiled at full depth (their trailing KV-shared layers are
-  not a repeat of the pattern the probes would extrapolate; ``fit.probe_depths``).
+  not a repeat of the pattern the probes would extrapolate; ``cookbook.fit._search.probe_depths``).
 
 The small sizes' spaces are small on purpose (the CPU time of a 2-core machine): the mesh their
 KV heads allow per chip count, per-decoder remat, no remat on v5p-8, and an nf4 base on v5e-8 (16 GB

@@ -2,7 +2,7 @@
 
 What it measures, in one run on one device (a GPU where there is one, else this CPU):
 
-* (a) JAX: the one LoRA train step (``cookbook.fit.make_train_step``: forward, Tunix's
+* (a) JAX: the one LoRA train step (``cookbook.fit._step.make_train_step``: forward, Tunix's
   masked cross-entropy, gradients for the LoRA parameters only, AdamW), lowered exactly as
   the planner lowers it (``cookbook.fit.lower_train_step``, abstract state on a one-device
   mesh of the local device), compiled, and then run on the real weights: Tunix's model

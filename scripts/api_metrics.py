@@ -13,7 +13,11 @@ Reads the source only (``ast``; nothing is imported or run):
   package (:data:`STAGE`).
 * **exports**: the public names each ``cookbook/<package>/__init__.py`` binds (``__all__`` where
   it has one), and who uses each from outside its package: a notebook, the package's other
-  users (other packages, the command line), or only tests, benchmarks and scripts.
+  users (other packages, the command line: ``register_<command>_cli`` of each package in
+  ``harness._cli.COMMANDS``, which it reaches by name), the docs (``README.md`` and
+  ``docs/*.md`` naming ``cookbook.<package>.<name>``), or only tests, benchmarks and scripts.
+  Code in a string (a script a test or a module runs in a subprocess) counts as its file's.
+  An export that nothing outside its package uses is one to stop exporting.
 * **collisions**: one exported name bound to different objects in different packages.
 * ``--train-resolutions DIR`` (runs code): one ``cookbook train --max-steps 2 --out DIR`` in this
   process, counting how often it builds a ``TrainConfig`` (construction and validation, each
@@ -239,6 +243,24 @@ def _origin(module: str, name: str, table: dict[str, dict[str, tuple[str, str]]]
     return module, name
 
 
+def _module_uses(tree: ast.Module, pkgs: set[str]) -> Counter:
+    """What a module uses, the code in its strings included (``python -c`` scripts a test or a
+    module runs in a subprocess); a string that is not code is skipped."""
+    v = _Uses(pkgs)
+    v.visit(tree)
+    uses = Counter(v.uses)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "cookbook" in node.value:
+            try:
+                inner = _parse(node.value)
+            except (SyntaxError, ValueError):
+                continue
+            sv = _Uses(pkgs)
+            sv.visit(inner)
+            uses.update(sv.uses)
+    return uses
+
+
 def _uses_in(paths: list[Path], pkgs: set[str]) -> dict[Path, Counter]:
     out = {}
     for path in paths:
@@ -246,10 +268,38 @@ def _uses_in(paths: list[Path], pkgs: set[str]) -> dict[Path, Counter]:
             tree = _parse(path.read_text())
         except SyntaxError:
             continue
-        v = _Uses(pkgs)
-        v.visit(tree)
-        out[path] = v.uses
+        out[path] = _module_uses(tree, pkgs)
     return out
+
+
+def _command_line_uses(repo: Path, pkgs: set[str]) -> Counter:
+    """``register_<command>_cli`` of each command's package in ``harness._cli.COMMANDS``: the
+    command line reaches each by name (``getattr``), which no import shows."""
+    path = repo / "cookbook" / "harness" / "_cli.py"
+    uses: Counter = Counter()
+    if not path.is_file():
+        return uses
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "COMMANDS" and node.value is not None:
+            for command, (module, _help) in ast.literal_eval(node.value).items():
+                pkg = module.split(".")[-1]
+                if pkg in pkgs:
+                    uses[(pkg, f"register_{command.replace('-', '_')}_cli")] += 1
+    return uses
+
+
+def _doc_uses(repo: Path, pkgs: set[str]) -> Counter:
+    """``cookbook.<package>.<name>`` (or ``<package>.<name>``) named in ``README.md`` and
+    ``docs/*.md``: what the docs present as the package's API."""
+    pattern = re.compile(r"(?<![\w.])(?:cookbook\.)?(" + "|".join(sorted(pkgs)) + r")\.(\w+)")
+    uses: Counter = Counter()
+    for path in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        if path.is_file():
+            uses.update(pattern.findall(path.read_text()))
+    return uses
 
 
 def api_metrics(repo: Path = REPO) -> dict:
@@ -268,6 +318,8 @@ def api_metrics(repo: Path = REPO) -> dict:
         rel = path.relative_to(repo / "cookbook").parts
         user = rel[0] if len(rel) > 1 else "cookbook"
         package_uses[user].update(uses)
+    package_uses["command line"].update(_command_line_uses(repo, pset))
+    doc_uses = _doc_uses(repo, pset)
     tool_uses: Counter = Counter()
     for folder in ("tests", "benchmarks", "scripts"):
         for uses in _uses_in(sorted((repo / folder).rglob("*.py")), pset).values():
@@ -281,6 +333,8 @@ def api_metrics(repo: Path = REPO) -> dict:
                 who = "notebook"
             elif by_other:
                 who = "package"
+            elif key in doc_uses:
+                who = "docs"
             elif key in tool_uses:
                 who = "tests only"
             else:
@@ -365,7 +419,8 @@ def summary(m: dict) -> str:
     e = m["export_totals"]
     out.append(
         f"exported names: {e['total']} (used by a notebook {e.get('notebook', 0)}, by another package or the "
-        f"command line only {e.get('package', 0)}, by tests/benchmarks/scripts only {e.get('tests only', 0)}, "
+        f"command line only {e.get('package', 0)}, named in README/docs only {e.get('docs', 0)}, "
+        f"by tests/benchmarks/scripts only {e.get('tests only', 0)}, "
         f"by nothing outside their package {e.get('nothing', 0)})"
     )
     c = m["collisions"]

@@ -1,13 +1,23 @@
-"""scripts/api_metrics.py: the notebook and API measures of issue 35, and the rule that no
-exported name means two things."""
+"""scripts/api_metrics.py: the notebook and API measures of issue 35, and its rules for the stage
+packages' exports: no exported name means two things, and every export is used outside its
+package."""
 
+import ast
 import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import api_metrics  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def repo_metrics() -> dict:
+    """The repository's own measures (source only, about a second)."""
+    return api_metrics.api_metrics()
 
 
 def _package(root: Path, name: str, init: str, modules: dict[str, str]) -> None:
@@ -69,7 +79,80 @@ def test_counts_statements_uses_and_collisions_on_a_known_tree(tmp_path):
     assert m["collisions"] == {"table": ["a", "b"]}  # helper is one function under two names
 
 
-def test_no_exported_name_means_two_things():
+def test_the_command_line_the_docs_and_code_in_strings_are_users(tmp_path):
+    """``register_<command>_cli`` is reached by name from ``harness._cli.COMMANDS``; the docs
+    naming ``cookbook.<package>.<name>`` present it as API; a script in a string (run with
+    ``python -c``) uses what it names. What none of these nor an import uses is ``nothing``."""
+    _package(
+        tmp_path,
+        "a",
+        "from cookbook.a._m import documented, in_string, register_go_cli, unused  # noqa: F401\n",
+        {"_m": "def documented(): ...\ndef in_string(): ...\ndef register_go_cli(sub): ...\ndef unused(): ...\n"},
+    )
+    harness = tmp_path / "cookbook" / "harness"
+    harness.mkdir()
+    (harness / "_cli.py").write_text(
+        "COMMANDS: dict[str, tuple[str, str]] = {\n    'go': ('cookbook.a', 'do it'),\n}\n"
+    )
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "usage.md").write_text("Call `cookbook.a.documented` (not `a.missing`).\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        '"""Mentions cookbook.a.unused in prose, which is no use."""\n'
+        'CODE = """\nfrom cookbook import a\na.in_string()\n"""\n'
+    )
+    used = {r["name"]: r["used_by"] for r in api_metrics.api_metrics(tmp_path)["exports"]}
+    assert used == {"documented": "docs", "in_string": "tests only", "register_go_cli": "package", "unused": "nothing"}
+
+
+def test_no_exported_name_means_two_things(repo_metrics):
     """One name, one meaning across the stage packages (issue 35: make_mesh, load_tokenizer,
     abstract_lora_model, answer_budget and format_table each meant two functions)."""
-    assert api_metrics.api_metrics()["collisions"] == {}
+    assert repo_metrics["collisions"] == {}
+
+
+def test_every_export_is_used_outside_its_package(repo_metrics):
+    """A package's ``__init__`` exports what a notebook, another package, the command line, the
+    docs, or at least a test calls (issue 35); what only its own modules use stays private."""
+    unused = sorted(
+        f"cookbook.{r['package']}.{r['name']}" for r in repo_metrics["exports"] if r["used_by"] == "nothing"
+    )
+    assert not unused, (
+        f"{len(unused)} exported name(s) that nothing outside their package uses: {', '.join(unused)}. "
+        "Stop exporting each from its package's __init__ (and __all__), importing it inside the package "
+        "from its private module, or use it from outside (a notebook, another package, the docs, a test)."
+    )
+
+
+def _all_and_bound(init: Path) -> tuple[list[str] | None, set[str]]:
+    """An ``__init__``'s ``__all__`` (None without one) and the public names it binds."""
+    declared, bound = None, set()
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == "__all__":
+                    declared = list(ast.literal_eval(node.value))
+                elif isinstance(target, ast.Name):
+                    bound.add(target.id)
+    return declared, {n for n in bound if not n.startswith("_")}
+
+
+def test_an_all_lists_what_its_init_binds():
+    """Where a package's ``__init__`` has ``__all__``, it names exactly the public names the
+    ``__init__`` binds: none exported past it, none listed that is not there."""
+    wrong = []
+    for pkg in api_metrics.packages():
+        declared, public = _all_and_bound(REPO / "cookbook" / pkg / "__init__.py")
+        if declared is None:
+            continue  # its exports are the public names it binds
+        if len(declared) != len(set(declared)) or set(declared) != public:
+            wrong.append(
+                f"cookbook/{pkg}/__init__.py: bound but not in __all__: {sorted(public - set(declared))}; "
+                f"in __all__ but not bound: {sorted(set(declared) - public)}; listed twice: "
+                f"{sorted(n for n in set(declared) if declared.count(n) > 1)}"
+            )
+    assert not wrong, "\n".join(wrong)

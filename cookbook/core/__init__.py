@@ -2,16 +2,13 @@
 
 from cookbook.core import compat  # noqa: F401  (the reaches into libraries; compat.install())
 from cookbook.core._cli_errors import (  # noqa: F401
-    USER_ERRORS,
     OneLineParser,
     one_line,
-    os_error_line,
     os_errors,
     user_errors,
 )
-from cookbook.core._files import fill_once, lock_path, sibling_lock  # noqa: F401
+from cookbook.core._files import fill_once  # noqa: F401
 from cookbook.core._hardware import (  # noqa: F401
-    CHIP_HOUR_PRICES,
     CHIPS,
     PAPER,
     PAPER_DATE,
@@ -20,9 +17,6 @@ from cookbook.core._hardware import (  # noqa: F401
     PRICES,
     PRICING_KINDS,
     SLICES,
-    ChipSpec,
-    Platform,
-    Price,
     SliceSpec,
     UnknownPriceError,
     chip_of,
@@ -46,8 +40,6 @@ from cookbook.core._numerics import (  # noqa: F401
     torch_threads,
 )
 from cookbook.core._runtime import (  # noqa: F401
-    COMPILE_CACHE_MAX_BYTES,
-    COMPILE_CACHE_MIN_SECONDS,
     CPU_GLIBC_TUNABLES,
     DEFAULT_CACHE,
     LIBTPU_NO_CHIPS_NOISE,

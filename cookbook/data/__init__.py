@@ -15,10 +15,8 @@ from cookbook.data._cli import format_view, inspect, marked, marked_tokens, plot
 from cookbook.data._cli import register_cli as register_data_cli  # noqa: F401
 from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
 from cookbook.data._examples import format_example_checks, format_examples, long_thought_rows  # noqa: F401
-from cookbook.data._formats import FORMATS, parse_columns, split_think  # noqa: F401
+from cookbook.data._formats import FORMATS, parse_columns  # noqa: F401
 from cookbook.data._pipeline import (  # noqa: F401
-    TrainIterator,
-    build_dataset,
     check_process_split,
     format_packing,
     iter_batches,
@@ -27,24 +25,16 @@ from cookbook.data._pipeline import (  # noqa: F401
     model_inputs,
     packing_efficiency,
     plot_batch_layout,
-    process_rows,
     real_token_fraction,
     resume_replays,
     segment_attention_mask,
     shard_batch,
 )
 from cookbook.data._rows import (  # noqa: F401
-    ANSWER_ROLES,
-    CONTROL_TOKENS,
-    KNOWN_ROLES,
-    Conversation,
     DataError,
-    DataReport,
     RowError,
-    RowProblem,
     read_rows,
     to_conversation,
-    to_messages,
 )
 from cookbook.data._sample_task import (  # noqa: F401
     OPERATION_NOUNS,
@@ -61,13 +51,11 @@ from cookbook.data._sample_task import (  # noqa: F401
     prompt_of,
     show_completions,
     thought_budget,
-    thought_for,
     thought_of,
     write_jsonl,
     write_messy_jsonl,
 )
 from cookbook.data._tokenize import (  # noqa: F401
-    TEMPLATE_REVISIONS,
     Example,
     as_served,
     load_tokenizer,

@@ -10,9 +10,7 @@ reports functional pass@1 beside exact match; notebook 08 pass@1 / pass@5 of the
 
 from cookbook.evaluate._cli import register_cli as register_eval_cli  # noqa: F401
 from cookbook.evaluate._generate import (  # noqa: F401
-    GREEDY,
     PAPER_SAMPLING,
-    Generation,
     SamplingConfig,
     endpoint_samples,
     load_transformers_model,
@@ -22,7 +20,6 @@ from cookbook.evaluate._generate import (  # noqa: F401
     tunix_samples,
 )
 from cookbook.evaluate._held_out import (  # noqa: F401
-    HeldOutResult,
     format_judged,
     greedy_sampling,
     held_out_greedy,
@@ -39,12 +36,7 @@ from cookbook.evaluate._problems import (  # noqa: F401
     write_problems,
 )
 from cookbook.evaluate._score import (  # noqa: F401
-    PAPER_QUALITY,
-    QUALITY_COLUMNS,
     CompletionsError,
-    ProblemScore,
-    Scores,
-    check_completions,
     committed_quality_row,
     pass_at_k,
     quality_row,
@@ -57,9 +49,7 @@ from cookbook.evaluate._score import (  # noqa: F401
 )
 from cookbook.evaluate._simulate import (  # noqa: F401
     INSTALL_HINT,
-    OUTCOMES,
     SimConfig,
-    SimResult,
     SimulatorMissing,
     check_simulator,
     extract_module,

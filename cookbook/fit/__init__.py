@@ -7,18 +7,14 @@ planner; ``cookbook plan`` is the planner's command line.
 from cookbook.fit._layouts import (  # noqa: F401
     DEFAULT_MFU,
     LAYOUT_KEYS,
-    SAFETY_MARGIN,
-    load_full_depth_results,
     load_plan_results,
     plan_results_path,
     recommended_table,
     recommended_training,
 )
 from cookbook.fit._plan import (  # noqa: F401
-    check_config,
     chip_figures,
     compiler_reason,
-    compiler_versions,
     count_sharding_constraints,
     lower_train_step,
     plan,
@@ -47,7 +43,6 @@ from cookbook.fit._predict import (  # noqa: F401
     training_tokens_per_s,
 )
 from cookbook.fit._remat import (  # noqa: F401
-    RematMeasurement,
     example_batch,
     format_remat_table,
     lora_count_under_remat,
@@ -61,7 +56,6 @@ from cookbook.fit._runtimes import (  # noqa: F401
     load_runtimes,
     paper_mfu,
     runtime_answers,
-    runtime_cell,
     runtimes_table,
     size_advice,
 )
@@ -71,9 +65,7 @@ from cookbook.fit._search import (  # noqa: F401
     SearchSpace,
     candidates,
     compile_all,
-    extrapolate,
     plan_probed,
-    probe_depths,
     search,
 )
 from cookbook.fit._search_results import (  # noqa: F401
@@ -93,20 +85,15 @@ from cookbook.fit._sharding import (  # noqa: F401
     format_memory_table,
     lora_specs,
     memory_table,
-    placements,
     plot_memory,
     project_lora_specs,
-    replicated_arrays,
     set_lora_specs,
     shard_train_state,
     sharding_signature,
 )
-from cookbook.fit._step import lora_loss, make_train_step, nnx_train_step, run_train_steps  # noqa: F401
-
-# The remat table lives in the model stage; re-exported for notebook 04.
+from cookbook.fit._step import nnx_train_step, run_train_steps  # noqa: F401
 from cookbook.fit._views import (  # noqa: F401
     VALIDATION_FIELDS,
-    CommittedSearch,
     committed_search,
     dropped_lines,
     plan_grid,
@@ -114,4 +101,6 @@ from cookbook.fit._views import (  # noqa: F401
     recommended_row,
     validation_lines,
 )
-from cookbook.models import REMAT_CHOICES, get_remat_choice, remat_policy  # noqa: F401, I001
+
+# The remat choices live in the model stage; re-exported beside the remat measurement.
+from cookbook.models import get_remat_choice, remat_policy  # noqa: F401, I001

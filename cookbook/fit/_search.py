@@ -223,7 +223,7 @@ def plan_or_reason(config: PlanConfig) -> PlanReport:
     try:
         precheck(config)  # cheap: a refused layout never waits for a compile slot
         return plan(config)
-    except ValueError as e:  # a layout the model or the slice cannot take (cookbook.fit.check_config)
+    except ValueError as e:  # a layout the model or the slice cannot take (_plan.check_config)
         return PlanReport(config=config.to_dict(), compiles=False, error=f"refused before compiling: {e}")
 
 

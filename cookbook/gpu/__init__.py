@@ -9,7 +9,6 @@ from cookbook.gpu._parity import (  # noqa: F401
 from cookbook.gpu._recipe import (  # noqa: F401
     GpuCluster,
     accelerate_fsdp_config,
-    bitsandbytes_config,
     derive_gpu_recipe,
     gpu_batch_layout,
     launch_command,
@@ -21,17 +20,12 @@ from cookbook.gpu._recipe_cli import register_cli as add_gpu_recipe_parser  # no
 from cookbook.gpu._recipe_dir import RECIPE_FILES, check_recipe_dir  # noqa: E402, F401, I001
 from cookbook.gpu._rl_parity import (  # noqa: E402, F401, I001
     RL_CPU_OVERRIDES,
-    RLParityResult,
     import_grpo_script,
     run_rl_parity,
-    tunix_rl_algo_config,
 )
 from cookbook.gpu._rl_recipe import (  # noqa: E402, F401, I001
     RL_RECIPE_FILES,
-    GpuRLRecipe,
-    completion_budget,
     derive_gpu_rl_recipe,
-    grpo_batch_layout,
     rl_launch_command,
     rl_summary,
     write_gpu_rl_recipe,

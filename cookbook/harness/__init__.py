@@ -6,7 +6,6 @@ from cookbook.harness._cli import (  # noqa: F401
     main,
 )
 from cookbook.harness._demo import (  # noqa: F401
-    AFTER,
     KERNEL_SHUTDOWN_WAIT_S,
     REPO,
     TYPICAL_SECONDS,
@@ -28,8 +27,6 @@ from cookbook.harness._record import (  # noqa: F401
     work_dir,
 )
 from cookbook.harness._report import (  # noqa: F401
-    DEMO_LOG,
-    Report,
     ReportError,
     write_report,
 )

@@ -28,12 +28,8 @@ from cookbook.lora._config import (  # noqa: F401
 )
 from cookbook.lora._names import (  # noqa: F401
     ALL_HF_PROJECTIONS,
-    ALL_LINEAR,
-    HF_MODULE,
     HF_PARENT,
     HF_PROJECTIONS,
-    LORA_MODULES,
-    LORA_TENSOR,
     MODEL_LEVEL,
     TUNIX_TO_HF,
     TUNIX_TO_HF_ALL,
@@ -52,9 +48,7 @@ from cookbook.lora._peft import (  # noqa: F401
 from cookbook.lora._quant import (  # noqa: F401
     DEFAULT_QUANT_TILE,
     QLORA_STEP,
-    QUANT_BITS,
     QUANT_TYPES,
-    QuantizedWeight,
     check_quant_tile,
     default_quant_tile,
     format_quantized_memory,
@@ -62,7 +56,6 @@ from cookbook.lora._quant import (  # noqa: F401
     quantized_bytes,
     quantized_memory_table,
     quantized_weights,
-    qwix_qtype,
     working_tiles,
 )
 from cookbook.lora._tables import (  # noqa: E402, F401, I001
@@ -76,7 +69,6 @@ from cookbook.lora._targets import (  # noqa: F401
     coverage_by_kind,
     coverage_matrix,
     coverage_rows,
-    coverage_rows_for_paths,
     format_coverage,
     hf_module_names,
     hf_target_modules,

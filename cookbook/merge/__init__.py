@@ -2,7 +2,6 @@
 
 from cookbook.merge._cache import ensure_merged, ensure_peft, ensure_text_only_base  # noqa: F401
 from cookbook.merge._checkpoint import (  # noqa: F401
-    LoraCheckpoint,
     find_step_dir,
     open_lora_checkpoint,
     read_lora,
@@ -24,9 +23,7 @@ from cookbook.merge._merge_cli import parse_size  # noqa: F401
 from cookbook.merge._merge_cli import register_cli as register_merge_cli  # noqa: E402, F401, I001
 from cookbook.merge._outdir import check_out_dir  # noqa: F401
 from cookbook.merge._safetensors import (  # noqa: F401
-    FLOAT_CODES,
     OutTensor,
-    RowFn,
     TensorRef,
     header_bytes,
     plan_shards,

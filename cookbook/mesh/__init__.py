@@ -8,7 +8,6 @@ across processes. The slices themselves are the hardware table's (``cookbook.cor
 
 from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
 from cookbook.mesh._distributed import (  # noqa: F401
-    DistributedInfo,
     check_same_everywhere,
     initialize_distributed,
     run_local_multiprocess,
@@ -17,8 +16,6 @@ from cookbook.mesh._distributed import (  # noqa: F401
 from cookbook.mesh._launch import launch_local, process_env  # noqa: E402, F401, I001
 from cookbook.mesh._launch import register_cli as register_launch_cli  # noqa: E402, F401, I001
 from cookbook.mesh._mesh import (  # noqa: F401
-    MeshAxisRule,
-    MeshChoice,
     MeshError,
     choose_mesh,
     make_mesh,

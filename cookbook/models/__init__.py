@@ -13,7 +13,6 @@ from cookbook.models._base import (  # noqa: F401
 from cookbook.models._base import register_cli as register_base_cli  # noqa: E402, F401, I001
 from cookbook.models._knobs import (  # noqa: F401
     REMAT_CHOICES,
-    RematChoice,
     get_remat_choice,
     remat_policy,
     set_flash_attention,
@@ -23,7 +22,6 @@ from cookbook.models._knobs import (  # noqa: F401
 from cookbook.models._loader import (  # noqa: F401
     abstract_model,
     check_checkpoint_matches,
-    check_heads_divide,
     check_kv_sharing_matches,
     expected_hf_shapes,
     load_tunix_model,
@@ -45,12 +43,10 @@ from cookbook.models._parity import (  # noqa: F401
 from cookbook.models._presets import (  # noqa: F401
     PRESETS,
     describe,
-    gemma4_12b,
     gemma4_31b,
     get_preset,
     small,
     tiny,
-    tiny_12b,
     tiny_26b_a4b,
     tiny_e2b,
 )

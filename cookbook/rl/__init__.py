@@ -7,40 +7,34 @@ GRPO-family learners on the same LoRA, with the reward from the cookbook's Icaru
 """
 
 from cookbook.rl._cli import register_cli as register_rl_cli  # noqa: F401
-from cookbook.rl._compare import HeldOutPass, format_held_out, held_out_pass  # noqa: F401
-from cookbook.rl._config import ALGORITHMS, RL_PRESETS, RLConfig, rl_preset  # noqa: F401
+from cookbook.rl._compare import format_held_out, held_out_pass  # noqa: F401
+from cookbook.rl._config import RL_PRESETS, RLConfig, rl_preset  # noqa: F401
 from cookbook.rl._reward import (  # noqa: F401
-    JudgedReward,
     RewardConfig,
-    Verdicts,
     VerilogReward,
     format_judged_rewards,
     judge_rewards,
     well_formed,
 )
-from cookbook.rl._run import RLResult, plot_curves, read_steps, train_rl, training_problems  # noqa: E402, F401
+from cookbook.rl._run import plot_curves, train_rl, training_problems  # noqa: E402, F401
 
 __all__ = [
     # the run
     "RLConfig",
     "RL_PRESETS",
-    "ALGORITHMS",
     "rl_preset",
     "train_rl",
-    "RLResult",
     "training_problems",
     # its reward
     "RewardConfig",
     "VerilogReward",
-    "Verdicts",
     "well_formed",
     "judge_rewards",
-    "JudgedReward",
     "format_judged_rewards",
     # its results
-    "read_steps",
     "plot_curves",
     "held_out_pass",
-    "HeldOutPass",
     "format_held_out",
+    # the command line (cookbook rl)
+    "register_rl_cli",
 ]

@@ -25,7 +25,7 @@ learner then skips the batches already trained. What this module adds, and why:
   problems (a resumed run replays it and Tunix skips what was trained).
 * **A run directory the other stages read:** ``recipe.json`` is the SFT run's (same base,
   preset and LoRA) plus an ``rl`` section, so ``cookbook merge``, ``serve`` and ``eval`` take an
-  RL run as they take an SFT run (``cookbook.train.checkpoint_root``); ``metrics.jsonl`` holds
+  RL run as they take an SFT run (``cookbook.train._runs.checkpoint_root``); ``metrics.jsonl`` holds
   the reward, pass rate and format rate of every step, ``curves.png`` draws them, TensorBoard
   events (Tunix's: losses, KL, clip fraction, rewards) are under ``tensorboard/``.
 """

@@ -18,9 +18,7 @@ from cookbook.serve._bench import (  # noqa: F401
 from cookbook.serve._bench_hf import hf_generate_point, hf_sweep, load_hf_model  # noqa: F401
 from cookbook.serve._bench_report import (  # noqa: F401
     committed_benchmark,
-    plot_latency_distribution,
     plot_load_test,
-    plot_throughput_latency,
     speedup,
     table,
     write_json,
@@ -33,10 +31,10 @@ from cookbook.serve._check import (  # noqa: F401
     served_completions,
     served_exact_match,
 )
-from cookbook.serve._cli import check_endpoint, register_bench_cli  # noqa: F401
+from cookbook.serve._cli import register_bench_cli  # noqa: F401
 from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402, F401, I001
-from cookbook.serve._config import API_KEY_ENV, ServeConfig, ServeError  # noqa: F401
-from cookbook.serve._lora import load_lora_adapter, served_lora_rank  # noqa: F401
+from cookbook.serve._config import ServeConfig, ServeError  # noqa: F401
+from cookbook.serve._lora import load_lora_adapter  # noqa: F401
 from cookbook.serve._process import pid_alive  # noqa: F401
 from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401

@@ -3,9 +3,6 @@
 from cookbook.train._cli import config_from_args  # noqa: F401
 from cookbook.train._cli import register_cli as register_train_cli  # noqa: F401
 from cookbook.train._config import (  # noqa: F401
-    CLI_FLAGS,
-    SAMPLE_TASKS,
-    TRAIN_PRESETS,
     TrainConfig,
     cli_command,
     describe_configs,
@@ -18,14 +15,11 @@ from cookbook.train._evaluate import evaluate  # noqa: F401
 from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: E402, F401, I001
 from cookbook.train._runs import (  # noqa: F401
     CHECKPOINT_DIRS,
-    RECIPE_VERSION,
     base_and_lora_model,
     build_lora_model,
     cache_key,
     check_run_base,
-    checkpoint_root,
     checkpoint_steps,
-    config_mesh,
     config_of_run,
     eval_rows,
     load_lora_weights,
@@ -40,4 +34,4 @@ from cookbook.train._runs import (  # noqa: F401
     run_summary,
     train_rows,
 )
-from cookbook.train._trainer import NonFiniteLossError, TrainResult, ensure_trained, train  # noqa: F401
+from cookbook.train._trainer import NonFiniteLossError, ensure_trained, train  # noqa: F401

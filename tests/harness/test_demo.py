@@ -159,7 +159,7 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
 
 @pytest.fixture(scope="module")
 def lanes_dir(tmp_path_factory):
-    """06 -> 07 (07 follows 06, harness.AFTER) beside 05 and 08; each records when it ran (wall
+    """06 -> 07 (07 follows 06, cookbook.harness._demo.AFTER) beside 05 and 08; each records when it ran (wall
     clock). The order is made by marks in the run directory, not by sleeping longer: each notebook
     leaves ``NAME.started`` as it starts; 05 waits for 06's (so they overlap), 06 for 08's (so 08
     runs while 06 does, in the lane 05 freed), then each sleeps SLEEP. On a loaded machine a kernel
