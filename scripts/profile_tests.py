@@ -21,13 +21,14 @@ go last. A test file the profile does not know yet counts as the median file. Ev
 file under tests/ is in exactly one stream.
 
 ``--cores`` prints two lines, the CPUs each stream is pinned to (``taskset -c``): this process's
-CPUs halved (:func:`core_sets`), or nothing where there are fewer than two. Pinned, every JAX
-process of a stream runs XLA's CPU kernels on one thread; unpinned, two streams' processes each
-ran a pool as wide as the machine on its two cores, and a 60-step tiny ``cookbook train`` beside
-the suite took 48.4 CPU-seconds against 37.4 pinned to one core (2026-12-06, this 2-core host;
-wall 95 s and 103 s). The suite's outcome bounds hold either way: the spreads they are derived
-from include runs pinned to one core (``benchmarks/outcome_spread.py``), and a run's cache key
-names its CPU count (``cookbook.train.result_determinants``), so both streams share runs.
+CPUs halved (:func:`core_sets`), or nothing where there are fewer than two. Pinned, a stream's time
+is the sum of its files' times on its own core, whatever the other stream runs, so a split from a
+pinned run's profile predicts it; unpinned, the two streams' processes slowed each other by amounts
+no profile predicted, and every JAX process ran XLA's CPU pool as wide as the machine (a pinned
+whole suite took ~6% fewer CPU-seconds, 2026-12-06). The suite's outcome bounds hold either way:
+the spreads they are derived from include runs pinned to one core (``benchmarks/outcome_spread.py``),
+and a run's cache key names its CPU count (``cookbook.train.result_determinants``), so both streams
+share runs.
 """
 
 from __future__ import annotations
@@ -104,12 +105,12 @@ def split(profile: list[dict], files: list[str] | None = None) -> tuple[list[str
     """(first stream's files, second stream's files, their predicted wall seconds) from a per-file
     profile (:func:`by_file`'s rows); the TPU-host pass is the entry :data:`TPU_HOST`."""
     files = test_files() if files is None else files
-    # A file's CPU seconds are what it takes on a stream pinned to its own core (--cores); its wall
-    # seconds in the profile also hold the other stream's contention and any wait on a lock.
+    # From a run with pinned streams (--cores), a file's wall seconds are what it takes on its own
+    # core, its waits (a server starting, a child's sleep) included; the other stream does not slow it.
     wall: dict[str, float] = {}
     for row in profile:  # the TPU-host pass's rows name .venv's files too: they add up to one entry
         key = TPU_HOST if row["stream"] == TPU_HOST else row["file"]
-        wall[key] = wall.get(key, 0.0) + row.get("cpu_s", row["wall_s"])
+        wall[key] = wall.get(key, 0.0) + row["wall_s"]
     known = [wall[f] for f in files if f in wall]
     default = statistics.median(known) if known else 1.0
     groups = [tuple(f for f in g if f in files) for g in TOGETHER]

@@ -88,9 +88,8 @@ fi
 # niced, with everything it starts. Its output follows the first's.
 mapfile -t STREAMS < <("$VENV/bin/python" scripts/profile_tests.py --split)
 # Each stream pinned to half of this machine's CPUs, and everything it starts with it (one core each
-# on 2 cores): a JAX process then runs XLA's CPU kernels on one thread instead of two streams' pools
-# fighting over both cores (~23% fewer CPU-seconds per training step; scripts/profile_tests.py
-# --cores). COOKBOOK_TEST_PIN=0, fewer than 2 CPUs or no taskset: unpinned.
+# on 2 cores): a stream's time is then its files' times on one core, which the split predicts
+# (scripts/profile_tests.py --cores). COOKBOOK_TEST_PIN=0, fewer than 2 CPUs or no taskset: unpinned.
 CORES=()
 if [[ "${COOKBOOK_TEST_PIN:-1}" != 0 ]] && command -v taskset >/dev/null; then
   mapfile -t CORES < <("$VENV/bin/python" scripts/profile_tests.py --cores)
