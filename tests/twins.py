@@ -8,6 +8,9 @@ the base's (measured: see ``SHORT_SCHEDULE``). Trained once per cache through
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
 # Per twin: the recipe's changes. Measured with 8 fake CPU devices (as the suite runs), greedy
 # exact match on the first 50 held-out prompts, the base (LoRA B = 0) at 0/50 on both:
@@ -24,14 +27,18 @@ TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
 # eval loss 0.47: the schedule is now 100 steps.
 # tiny_12b (2026-12-05, the same measure, the suite running beside it): 80 steps at 4e-3 18% (9/50),
 # eval loss 7.35 -> 0.51; 100 steps at 4e-3 80% (40/50), eval loss 0.33. Its steps cost what tiny's do.
+# Over seeds (benchmarks/twin_spread.py, 2026-12-06, one CPU thread): tiny_e2b's 100 steps at 3e-3
+# ended at 44%, 32%, 22% and 44% (seeds 0-3): a bound below that spread no longer tells a run from
+# the base, so the schedule was strengthened: seed 2 at 100 steps and 4e-3 26%, at 120 steps and
+# 4e-3 (the recipe's rate) 80%. tiny_e2b now trains 120 steps at 4e-3.
 # The last checkpoint but one is 2 steps before the end, so that resuming from it is cheap.
 SHORT_SCHEDULE = {
     "tiny_e2b": {
-        "max_steps": 100,
+        "max_steps": 120,
         "warmup_steps": 10,
-        "learning_rate": 3e-3,
-        "eval_every_steps": 100,
-        "checkpoint_every_steps": 98,
+        "learning_rate": 4e-3,
+        "eval_every_steps": 120,
+        "checkpoint_every_steps": 118,
     },
     "tiny_12b": {
         "max_steps": 100,
@@ -48,10 +55,25 @@ SHORT_SCHEDULE = {
         "checkpoint_every_steps": 158,
     },
 }
-# Asserted: clearly above the base's 0, with room for the run-to-run spread of another CPU (about
-# half of what was measured here: float32 rounding differs with the thread count and the tiny
-# recipes amplify it; cookbook.train.result_determinants).
-MIN_TUNED_EXACT_MATCH = {"tiny_e2b": 0.2, "tiny_12b": 0.4, "tiny_26b_a4b": 0.4}
+# Asserted: clearly above the base's 0. The bound is derived from the spread of these schedules over
+# seeds (benchmarks/twin_spread.py, committed in benchmarks/results/twin_spread.json; each seed draws
+# the LoRA initialisation and the data order, on 2 CPU threads and pinned to one): the worst run
+# less the seeds' range, at least 0.15 below it (tests/userenv.py bound_below).
+# tests/benchmarks/test_twin_spread.py checks that it still tells a run from the base.
+SPREAD_FILE = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "twin_spread.json"
+
+
+def spread_runs(name: str) -> list[dict]:
+    """The committed runs of twin ``name``: its seeds and its base (LoRA B = 0)."""
+    return [r for r in json.loads(SPREAD_FILE.read_text())["runs"] if r["twin"] == name]
+
+
+def min_tuned_exact_match(name: str) -> float:
+    """The least held-out exact match (``EVAL_ROWS`` rows) a working short run of twin ``name`` may score."""
+    from userenv import bound_below
+
+    values = [r["accuracy"] for r in spread_runs(name) if r["case"].startswith("seed")]
+    return bound_below(values, granule=1 / EVAL_ROWS)
 
 
 def config(name: str):

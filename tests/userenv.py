@@ -126,7 +126,12 @@ def outcome_bound(recipe: str, metric: str, rows: int) -> float:
     separates a working run from the controls (the base and the recipe at a quarter of its steps).
     """
     values = [outcome_rate(r["scores"], metric, rows) for r in spread_runs(recipe) if r["case"].startswith("seed")]
-    granule = 2 / (5 * rows) if metric == "sampled_pass1" else 1 / rows
+    return bound_below(values, granule=2 / (5 * rows) if metric == "sampled_pass1" else 1 / rows)
+
+
+def bound_below(values: list[float], *, granule: float) -> float:
+    """The bound a measured spread of ``values`` (one per seed) gives: the worst, less the seeds'
+    range once more, and at least 0.15 (and one ``granule``, a row's worth) below it."""
     return min(values) - max(max(values) - min(values), 0.15, granule)
 
 

@@ -18,9 +18,10 @@ def test_short_run_learns_the_task_and_resumes_bit_for_bit(name, twin_run, tmp_p
     run_dir = twin_run(name)
     ev = twins.jax_eval(name)
     print(name, "held-out exact match: base", ev["base"]["accuracy"], "tuned", ev["tuned"]["accuracy"])
-    # Measured: see tests/twins.py. The base (random) gets none right; the trained LoRA a clear fraction.
+    # The base (random) gets none right; the trained LoRA a clear fraction: at least the bound derived
+    # from the schedule's spread over seeds (tests/twins.py).
     assert ev["base"]["correct"] == 0
-    assert ev["tuned"]["accuracy"] >= twins.MIN_TUNED_EXACT_MATCH[name], ev["tuned"]["completions"][:3]
+    assert ev["tuned"]["accuracy"] >= twins.min_tuned_exact_match(name), ev["tuned"]["completions"][:3]
     metrics = train.read_metrics(run_dir)
     assert metrics["eval/loss"][-1][1] < 0.25 * metrics["eval/loss"][0][1]
 
