@@ -141,8 +141,7 @@ def ipc_kernel_manager() -> type:
     A finished kernel gets :data:`KERNEL_SHUTDOWN_WAIT_S` to exit, not jupyter_client's 5 s (it
     sends SIGTERM after half of it): notebook 04's kernel, which holds libtpu for its deviceless
     compiles, took longer on a loaded 2-core machine inside `make test` (2026-12-05), and libtpu's
-    signal handler wrote its SIGTERM as two "E1205 ... RAW:" lines on the demo's console. Nor does
-    it get the SIGINT jupyter_client sends before a shutdown (see ``_async_interrupt_kernel``).
+    signal handler wrote its SIGTERM as two "E1205 ... RAW:" lines on the demo's console.
     """
     import tempfile
     import uuid
@@ -162,15 +161,6 @@ def ipc_kernel_manager() -> type:
         @default("shutdown_wait_time")
         def _default_shutdown_wait_time(self):
             return KERNEL_SHUTDOWN_WAIT_S
-
-        async def _async_interrupt_kernel(self):
-            # jupyter_client 8 interrupts (SIGINT) a kernel before asking it to shut down. The
-            # notebook has finished, so there is nothing to interrupt; and a SIGINT that lands while
-            # the kernel handles a message is logged as "[IPKernelApp] ERROR | KeyboardInterrupt
-            # caught in kernel." on the demo's console (2026-12-06, a kernel on a busy core).
-            if self.shutting_down:
-                return
-            await super()._async_interrupt_kernel()
 
     return IpcKernelManager
 
