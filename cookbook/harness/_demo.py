@@ -141,7 +141,8 @@ def ipc_kernel_manager() -> type:
     A finished kernel gets :data:`KERNEL_SHUTDOWN_WAIT_S` to exit, not jupyter_client's 5 s (it
     sends SIGTERM after half of it): notebook 04's kernel, which holds libtpu for its deviceless
     compiles, took longer on a loaded 2-core machine inside `make test` (2026-12-05), and libtpu's
-    signal handler wrote its SIGTERM as two "E1205 ... RAW:" lines on the demo's console.
+    signal handler wrote its SIGTERM as two "E1205 ... RAW:" lines on the demo's console. Nor is
+    it interrupted first, as jupyter_client would (``cookbook.core.compat.without_shutdown_interrupt``).
     """
     import tempfile
     import uuid
@@ -149,7 +150,7 @@ def ipc_kernel_manager() -> type:
     from jupyter_client.manager import KernelManager
     from traitlets import default
 
-    class IpcKernelManager(KernelManager):
+    class IpcKernelManager(core.compat.without_shutdown_interrupt(KernelManager)):
         @default("transport")
         def _default_transport(self):
             return "ipc"

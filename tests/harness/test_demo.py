@@ -7,6 +7,7 @@ tests/notebooks/test_nb_09_cost_comparison.py).
 """
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -142,6 +143,42 @@ def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
 def test_a_finished_kernel_gets_time_to_exit_before_sigterm():
     # jupyter_client's default is 5 s (SIGTERM after 2.5), which a kernel holding libtpu overran.
     assert harness.ipc_kernel_manager()().shutdown_wait_time == harness.KERNEL_SHUTDOWN_WAIT_S >= 30
+
+
+def _signals_at_shutdown(manager_cls: type, cwd: Path) -> list[int]:
+    """Start a real kernel with ``manager_cls``, wait until it is ready, shut it down; the signals
+    jupyter_client sent it on the way."""
+    sent: list[int] = []
+
+    class Recording(manager_cls):
+        async def _async_signal_kernel(self, signum):
+            sent.append(signum)
+            await super()._async_signal_kernel(signum)
+
+    km = Recording(kernel_name="python3")
+    km.start_kernel(cwd=str(cwd))
+    try:
+        client = km.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        client.stop_channels()
+    finally:
+        km.shutdown_kernel()
+    assert not km.is_alive()
+    return sent
+
+
+def test_a_finished_kernel_is_shut_down_without_a_sigint(tmp_path):
+    """jupyter_client interrupts a kernel (SIGINT) before its shutdown request; one that lands while
+    the kernel handles a message reached the demo's console as "[IPKernelApp] ERROR |
+    KeyboardInterrupt caught in kernel." The demo's kernel manager sends none; jupyter_client's own
+    (the control) does."""
+    import signal
+
+    from jupyter_client.manager import KernelManager
+
+    assert signal.SIGINT in _signals_at_shutdown(KernelManager, tmp_path)
+    assert signal.SIGINT not in _signals_at_shutdown(harness.ipc_kernel_manager(), tmp_path)
 
 
 def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):

@@ -27,6 +27,7 @@ or a change to one object the caller owns (:func:`tunix_guard_checkpoint_saves` 
 | ``_qwix`` | qwix 0.1.8 | QLoRA weights when tracing; dequantization tie; CPU LoRA gradients |
 | ``_tensorboardx`` | tensorboardX 2.6.5 | its torch import |
 | ``_transformers`` | transformers 5.12.1 | ``_no_split_modules`` |
+| ``_jupyter`` | jupyter_client 8.10.0 | the interrupt before a kernel's shutdown |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from cookbook.core.compat._flax import nnx_remat_with_policy
 from cookbook.core.compat._hooks import after_import
 from cookbook.core.compat._jax import drop_scalar_listeners_except, fast_abstract_tracing, scalar_listeners
+from cookbook.core.compat._jupyter import without_shutdown_interrupt
 from cookbook.core.compat._qwix import (
     qwix_finds_quantized_weights_when_tracing,
     qwix_lora_grads_as_is,
@@ -93,9 +95,10 @@ __all__ = [
     "qwix_tie_dequantization",
     "qwix_lora_grads_for_cpu",
     "qwix_lora_grads_as_is",
-    # tensorboardX, transformers
+    # tensorboardX, transformers, jupyter_client
     "tensorboardx_without_torch",
     "no_split_modules",
+    "without_shutdown_interrupt",
 ]
 
 CHECKED_VERSIONS = {"jax": "0.10.2", "flax": "0.12.8", "google-tunix": "0.1.7", "qwix": "0.1.8"}
@@ -170,11 +173,13 @@ def check() -> dict[str, bool]:
 
     transformers' reach (the GPU recipe's FSDP wrap unit) is checked where the GPU recipe can run:
     transformers with torch (the TPU-host environment has transformers' tokenizers but no torch, and
-    its modeling modules do not import without it).
+    its modeling modules do not import without it); jupyter_client's where it is installed.
     """
-    from cookbook.core.compat import _flax, _jax, _qwix, _transformers, _tunix
+    from cookbook.core.compat import _flax, _jax, _jupyter, _qwix, _transformers, _tunix
 
     found = {**_jax.checks(), **_flax.checks(), **_tunix.checks(), **_qwix.checks()}
     if all(importlib.util.find_spec(m) is not None for m in ("transformers", "torch")):
         found.update(_transformers.checks())
+    if importlib.util.find_spec("jupyter_client") is not None:  # the notebooks' environment, not the TPU host's
+        found.update(_jupyter.checks())
     return found
