@@ -134,25 +134,33 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     # Runs of other recipes already in --out are kept (one recipe can be measured at a time, or
     # both in two processes side by side); the file is rewritten under a lock.
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = Path(tempfile.gettempdir()) / f"{args.out.name}.lock"  # beside nothing that is committed
+    measured = [
+        {
+            "recipe": recipe,
+            "seeds": args.seeds,
+            "threads": threads,
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        }
+        for recipe in args.recipes
+    ]
+    merge_into(args.out, results, measured, ("recipe", "case", "threads"), write)
+
+
+def merge_into(out: Path, results: list[dict], measured: list[dict], key: tuple[str, ...], write) -> None:
+    """Rewrite ``out`` under a lock: ``results`` replace its runs with the same ``key`` fields, the
+    rest are kept, ``measured`` is appended to its record of measurements; ``write(out, runs,
+    measured)`` writes the file. Several processes (one per core, or per thread count) can measure
+    side by side into one file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = Path(tempfile.gettempdir()) / f"{out.name}.lock"  # beside nothing that is committed
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        earlier = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": [], "measured": []}
-        done = {(r["recipe"], r["case"], r["threads"]) for r in results}
-        kept = [r for r in earlier["runs"] if (r["recipe"], r["case"], r["threads"]) not in done]
-        measured = earlier.get("measured", []) + [
-            {
-                "recipe": recipe,
-                "seeds": args.seeds,
-                "threads": threads,
-                "date": time.strftime("%Y-%m-%d"),
-                "load_average_before": load_before,
-                "load_average_after": os.getloadavg(),
-            }
-            for recipe in args.recipes
-        ]
-        write(args.out, kept + results, measured)
+        earlier = json.loads(out.read_text()) if out.is_file() else {"runs": [], "measured": []}
+        done = {tuple(r[k] for k in key) for r in results}
+        kept = [r for r in earlier["runs"] if tuple(r[k] for k in key) not in done]
+        write(out, kept + results, earlier.get("measured", []) + measured)
 
 
 def write(out: Path, results: list[dict], measured: list[dict]) -> None:

@@ -27,9 +27,7 @@ import sys
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import argparse  # noqa: E402
-import fcntl  # noqa: E402
 import json  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -37,6 +35,8 @@ from cookbook import core  # noqa: E402
 
 core.setup_runtime_env()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import outcome_spread  # noqa: E402  (its merge of side-by-side measurements into one file)
 import twins  # noqa: E402  (the schedules the suite trains: one source for both)
 
 
@@ -83,24 +83,17 @@ def main() -> None:
             row = measure(name, seed)
             results.append(row)
             print(json.dumps(row), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = Path(tempfile.gettempdir()) / f"{args.out.name}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        earlier = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": [], "measured": []}
-        done = {(r["twin"], r["case"], r["threads"]) for r in results}
-        kept = [r for r in earlier["runs"] if (r["twin"], r["case"], r["threads"]) not in done]
-        measured = earlier.get("measured", []) + [
-            {
-                "twins": args.twins,
-                "seeds": args.seeds,
-                "threads": len(os.sched_getaffinity(0)),
-                "date": time.strftime("%Y-%m-%d"),
-                "load_average_before": load_before,
-                "load_average_after": os.getloadavg(),
-            }
-        ]
-        write(args.out, kept + results, measured)
+    measured = [
+        {
+            "twins": args.twins,
+            "seeds": args.seeds,
+            "threads": len(os.sched_getaffinity(0)),
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        }
+    ]
+    outcome_spread.merge_into(args.out, results, measured, ("twin", "case", "threads"), write)
 
 
 def write(out: Path, runs: list[dict], measured: list[dict]) -> None:

@@ -33,10 +33,10 @@ CPU_OVERRIDES: dict[str, Any] = {
 }
 
 
-def import_train_script(recipe_dir: str | Path):
-    """Import the ``train_gpu.py`` written into ``recipe_dir`` (the file a GPU user runs)."""
-    path = Path(recipe_dir) / "train_gpu.py"
-    spec = importlib.util.spec_from_file_location(f"train_gpu_{abs(hash(str(path)))}", path)
+def import_train_script(recipe_dir: str | Path, name: str = "train_gpu.py"):
+    """Import the script ``name`` written into ``recipe_dir`` (the file a GPU user runs)."""
+    path = Path(recipe_dir) / name
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_{abs(hash(str(path)))}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)

@@ -28,7 +28,6 @@ padding of Tunix's batch and the per-token floor; both losses are the libraries'
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 
 from cookbook import core, models
 from cookbook import lora as lora_lib
-from cookbook.gpu._parity_parts import _peft_as_tunix, _randomise_b, _rel_norm, _tunix_lora_numpy
+from cookbook.gpu._parity_parts import _peft_as_tunix, _randomise_b, _rel_norm, _tunix_lora_numpy, import_train_script
 from cookbook.gpu._recipe import GpuCluster
 from cookbook.gpu._rl_recipe import derive_gpu_rl_recipe, write_gpu_rl_recipe
 
@@ -93,13 +92,7 @@ class RLParityResult:
 
 def import_grpo_script(recipe_dir: str | Path):
     """Import the ``train_grpo_gpu.py`` written into ``recipe_dir`` (the file a GPU user runs)."""
-    path = Path(recipe_dir) / "train_grpo_gpu.py"
-    spec = importlib.util.spec_from_file_location(f"train_grpo_gpu_{abs(hash(str(path)))}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_train_script(recipe_dir, "train_grpo_gpu.py")
 
 
 def tunix_rl_algo_config(rl_config: Any):

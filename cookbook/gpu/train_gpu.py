@@ -440,18 +440,9 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
+# fmt: off
 __all__ = [
-    "apply_lora",
-    "build_dataset",
-    "build_trainer",
-    "init_lora_a_he_uniform",
-    "load_base_model",
-    "load_recipe",
-    "lost_content",
-    "read_rows",
-    "row_conversation",
-    "split_think",
-    "trained_spans",
-    "tie_kv_lora_a",
-    "tokenize_row",
+    "apply_lora", "build_dataset", "build_trainer", "init_lora_a_he_uniform", "load_base_model", "load_recipe", "lost_content",
+    "read_rows", "row_conversation", "split_think", "trained_spans", "tie_kv_lora_a", "tokenize_row",
 ]
+# fmt: on
