@@ -20,10 +20,12 @@ from cookbook.evaluate._generate import (  # noqa: F401
     tunix_samples,
 )
 from cookbook.evaluate._held_out import (  # noqa: F401
+    before_after,
     format_judged,
     greedy_sampling,
     held_out_greedy,
     judge_rewrites,
+    thinking_variant,
 )
 from cookbook.evaluate._problems import (  # noqa: F401
     REF_MODULE,

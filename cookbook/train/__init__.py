@@ -11,7 +11,7 @@ from cookbook.train._config import (  # noqa: F401
     recipe_of,
     train_preset,
 )
-from cookbook.train._evaluate import evaluate  # noqa: F401
+from cookbook.train._evaluate import evaluate, qlora_twin  # noqa: F401
 from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: E402, F401, I001
 from cookbook.train._runs import (  # noqa: F401
     CHECKPOINT_DIRS,

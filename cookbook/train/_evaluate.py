@@ -1,7 +1,11 @@
-"""Greedy exact-match evaluation of a LoRA model with Tunix's ``Sampler`` (notebook 06)."""
+"""Greedy exact-match evaluation of a LoRA model with Tunix's ``Sampler`` (notebook 06), and a
+run's QLoRA twin measured that way."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from cookbook import data as data_lib
@@ -49,3 +53,65 @@ def evaluate(
     correct = sum(data.exact_match(c, r) for c, r in zip(completions, rows, strict=True))
     return {"accuracy": correct / len(rows), "correct": correct, "n": len(rows),
             "completions": completions, "sampler": sampler}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class QLoraTwin:
+    """A run's QLoRA twin (:func:`qlora_twin`): the quantized base's memory, and where it was
+    trained, its held-out exact match as trained and with its adapters on the unquantized base."""
+
+    quantize: str | None  # None: the memory table only
+    tile: int
+    memory: list[dict[str, Any]]  # lora.quantized_memory_table's rows
+    run_dir: Path | None = None  # the twin's run, where trained
+    as_trained: float | None = None
+    on_dense_base: float | None = None
+
+    def describe(self) -> str:
+        from cookbook import lora
+
+        lines = [lora.format_quantized_memory(self.memory)]
+        if self.quantize:
+            lines.append(
+                f"QLoRA {self.quantize} (tile {self.tile}): exact match {self.as_trained:.1%} as trained, "
+                f"{self.on_dense_base:.1%} with the adapters on the unquantized base (a merge)"
+            )
+        return "\n".join(lines)
+
+    def results(self) -> dict[str, Any]:
+        """What notebook 06 records of it."""
+        out: dict[str, Any] = {"qlora_memory": self.memory}
+        if self.quantize:
+            out["qlora"] = {"quantize": self.quantize, "tile": self.tile, "as_trained": self.as_trained,
+                            "on_dense_base": self.on_dense_base}  # fmt: skip
+        return out
+
+
+def qlora_twin(
+    config,
+    quantize: str,
+    *,
+    tile: int = 0,
+    tokenizer=None,
+    rows: Sequence[dict] = (),
+    batch_size: int = 50,
+    compare_with: Sequence[str] = ("gemma4_31b",),
+) -> QLoraTwin:
+    """``config``'s QLoRA twin: the memory of its base (and of ``compare_with``'s) quantized at
+    ``tile`` (0: ``lora.default_quant_tile`` of the preset); with ``quantize`` ("nf4", "int8",
+    "fp8"; "" for the memory only), the twin trained (or reused from the run cache) and scored on
+    ``rows``: as trained, and on the unquantized base."""
+    from cookbook import lora
+    from cookbook.train._runs import restore_lora_model
+    from cookbook.train._trainer import ensure_trained
+
+    tile = tile or lora.default_quant_tile(config.model_preset)
+    memory = lora.quantized_memory_table([config.model_preset, *compare_with], tile=tile)
+    if not quantize:
+        return QLoraTwin(None, tile, memory)
+    if not rows or tokenizer is None:
+        raise ValueError("qlora_twin: training the twin needs the tokenizer and held-out rows to score it on")
+    run = ensure_trained(config.replace(quantize=quantize, quant_tile=tile))
+    as_trained = evaluate(restore_lora_model(run), tokenizer, list(rows), batch_size=batch_size)
+    dense = evaluate(restore_lora_model(run, dense_base=True), tokenizer, list(rows), batch_size=batch_size)
+    return QLoraTwin(quantize, tile, memory, run, as_trained["accuracy"], dense["accuracy"])

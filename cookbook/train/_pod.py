@@ -65,18 +65,47 @@ def pod_commands(
     return "\n".join(lines)
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalHostsRun:
+    """What :func:`train_on_local_processes` ran: the command, the mesh over all processes' devices,
+    and process 0's summary of the run."""
+
+    processes: int
+    run_dir: str
+    mesh: tuple[int, int]  # (fsdp, tp)
+    command: list[str]
+    summary: dict
+
+    def describe(self) -> str:
+        s = self.summary
+        return (
+            f"{self.processes} processes, mesh fsdp {self.mesh[0]} x tp {self.mesh[1]}: step {s['final_step']}, "
+            f"train loss {s['final_train_loss']:.4f}\n  cookbook {shlex.join(self.command)}"
+        )
+
+    def results(self) -> dict:
+        """What notebook 06 records of it."""
+        return {"multihost": {"returncode": 0, "mesh": list(self.mesh), "command": self.command},
+                "multihost_final_step": self.summary["final_step"]}  # fmt: skip
+
+
 def train_on_local_processes(
     config: TrainConfig, out: str, *, processes: int = 2, devices_per_process: int = 4, timeout_s: float = 900.0
-) -> dict:
+) -> LocalHostsRun | None:
     """Train ``config`` as ``processes`` hosts would, on this machine (``cookbook launch``).
 
     Each process gets ``devices_per_process`` fake CPU devices; the mesh is
-    :func:`cookbook.mesh.choose_mesh`'s over all of them. Returns the exit code, the run
-    directory and its summary (process 0's).
+    :func:`cookbook.mesh.choose_mesh`'s over all of them. None when ``processes`` is 0, or off a
+    CPU host: a TPU VM's devices are its chips (:func:`pod_commands` says how a pod runs). A run
+    that fails raises RuntimeError with its exit code and the command.
     """
     import json
     from pathlib import Path
 
+    import jax
+
+    if not processes or jax.default_backend() != "cpu":
+        return None
     choice = mesh_lib.choose_mesh(config.preset, processes * devices_per_process, config.data.batch_size)
     on_hosts = dataclasses.replace(config, mesh_fsdp=choice.fsdp, mesh_tp=choice.tp)
     argv = shlex.split(cli_command(on_hosts, out=str(out)))[1:]  # drop "cookbook"
@@ -84,10 +113,10 @@ def train_on_local_processes(
         argv, processes=processes, devices_per_process=devices_per_process, timeout_s=timeout_s
     )
     summary = Path(out) / "summary.json"
-    return {
-        "returncode": code,
-        "run_dir": str(out),
-        "mesh": [choice.fsdp, choice.tp],
-        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-        "command": argv,
-    }
+    if code != 0 or not summary.is_file():
+        raise RuntimeError(
+            f"the {processes}-process run exited with {code} (summary written: {summary.is_file()}); its "
+            f"processes' output is above. The command: cookbook launch --processes {processes} "
+            f"--devices-per-process {devices_per_process} -- {shlex.join(argv)}"
+        )
+    return LocalHostsRun(processes, str(out), (choice.fsdp, choice.tp), argv, json.loads(summary.read_text()))
