@@ -49,6 +49,7 @@ from cookbook.evaluate._score import (  # noqa: F401
     score_greedy,
     write_completions,
 )
+from cookbook.evaluate._served import served_adapters  # noqa: F401
 from cookbook.evaluate._simulate import (  # noqa: F401
     INSTALL_HINT,
     SimConfig,

@@ -30,15 +30,17 @@ def work_dir(name: str) -> Path:
     return path
 
 
-def record(notebook: str, **values: Any) -> dict[str, Any]:
-    """Merge ``values`` into ``<run_dir>/<notebook>.json`` and return the whole record."""
+def record(notebook: str, **values: Any) -> None:
+    """Merge ``values`` into ``<run_dir>/<notebook>.json`` (:func:`load_results` reads it back).
+
+    Returns nothing, so that a cell ending with it shows nothing: the record is for tests and the
+    demo's report, the cell's prints are for the reader."""
     path = run_dir() / f"{notebook}.json"
     current = json.loads(path.read_text()) if path.is_file() else {}
     current.update(core.to_jsonable(values))
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(current, indent=2, sort_keys=True))
     tmp.replace(path)
-    return current
 
 
 def load_results(notebook: str, directory: str | Path | None = None) -> dict[str, Any]:

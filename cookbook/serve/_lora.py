@@ -61,6 +61,37 @@ def served_lora_rank(config: ServeConfig) -> int:
     return next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
 
 
+def adapter_config(
+    base_dir: str | Path,
+    adapters: dict[str, str | Path],
+    *,
+    zero: str | None = "base",
+    runtime_slots: int = 0,
+    runtime_rank: int = 0,
+    **options: Any,
+) -> ServeConfig:
+    """A server of the text-only base ``base_dir`` with PEFT adapters (``--enable-lora``): each of
+    ``adapters`` under its name; with ``zero``, the first adapter with B = 0 under that name (the
+    base through the same LoRA path: it scores as the base); room for ``runtime_slots`` adapters
+    added while it runs (``VLLMServer.load_lora_adapter``), of rank up to ``runtime_rank``.
+    ``options``: any other :class:`ServeConfig` field."""
+    from cookbook.serve._zero_adapter import zero_adapter
+
+    modules = [(name, str(path)) for name, path in adapters.items()]
+    if not modules:
+        raise ServeError("adapter_config needs at least one adapter: {name: PEFT adapter dir}")
+    if zero:
+        modules.append((zero, str(zero_adapter(modules[0][1]))))
+    return ServeConfig(
+        model_dir=str(base_dir),
+        lora_modules=tuple(modules),
+        max_loras=len(modules) + runtime_slots,
+        runtime_lora=runtime_slots > 0,
+        max_lora_rank=max([_lora_rank(d) for _, d in modules] + [runtime_rank]),
+        **options,
+    )
+
+
 def lora_args(config: ServeConfig, adapter_paths: list[str]) -> list[str]:
     """vLLM's LoRA flags for ``config.lora_modules``, served from ``adapter_paths`` (one per
     module: the host's dirs on CPU, the container's mounts on TPU); with ``runtime_lora`` LoRA is

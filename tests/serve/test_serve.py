@@ -117,6 +117,29 @@ def test_runtime_lora_flags_environment_and_refusals(tiny_text_base, tmp_path, m
     started.process = None
 
 
+def test_adapter_config_serves_each_adapter_its_zero_twin_and_room_for_more(tiny_text_base, tmp_path):
+    """Notebook 08's LoRA server: the adapter by name, the same adapter with B = 0 as "base" (a
+    real file of zeros, A kept), runtime slots counted into --max-loras, and --max-lora-rank the
+    largest of the adapters' ranks and the runtime rank, as vLLM rounds it."""
+    from safetensors.numpy import load_file
+
+    adapter = _fake_adapter(tmp_path / "a", rank=8)
+    cfg = serve.adapter_config(tiny_text_base, {"verilog": adapter}, runtime_slots=1, runtime_rank=20, port=7)
+    names = dict(cfg.lora_modules)
+    assert list(names) == ["verilog", "base"] and names["verilog"] == str(adapter) and cfg.port == 7
+    zero = load_file(str(Path(names["base"]) / "adapter_model.safetensors"))
+    kept = load_file(str(adapter / "adapter_model.safetensors"))
+    assert all((v == 0).all() for k, v in zero.items() if "lora_B" in k) and any("lora_B" in k for k in zero)
+    assert all((zero[k] == kept[k]).all() for k in kept if "lora_A" in k)
+    args = serve.vllm_args(cfg, port=1)
+    flag = lambda name: args[args.index(name) + 1]  # noqa: E731
+    assert (flag("--max-loras"), flag("--max-lora-rank"), cfg.runtime_lora) == ("3", "32", True)
+    alone = serve.adapter_config(tiny_text_base, {"verilog": adapter}, zero=None)
+    assert (alone.max_loras, alone.max_lora_rank, alone.runtime_lora) == (1, 8, False)
+    with pytest.raises(serve.ServeError, match="at least one adapter"):
+        serve.adapter_config(tiny_text_base, {})
+
+
 def test_serve_cli_asks_for_the_parsers(tiny_text_base, monkeypatch, capsys):
     from cookbook import harness
     from cookbook.serve import _cli
