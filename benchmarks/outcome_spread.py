@@ -1,6 +1,6 @@
 """The spread of the tiny recipes' training outcomes over seeds: where the suite's bounds come from.
 
-    python benchmarks/outcome_spread.py [--seeds 0 1 2 3 4] [--recipes plain thinking] [--out F]
+    python benchmarks/outcome_spread.py [--seeds 0 1 2 3 4] [--recipes plain thinking qlora] [--out F]
     taskset -c 0 python benchmarks/outcome_spread.py --seeds 5 6 --no-controls   # one CPU thread
 
 A training run on CPU is bit-for-bit reproducible for one config on one machine setup, but the
@@ -81,6 +81,20 @@ def score(run_dir: Path | None, config) -> dict:
     return out
 
 
+# The recipes measured: the tiny preset's plain and thinking sample tasks, and the plain task on an
+# nf4 base (QLoRA, tile 32: tests/train/test_train.py's run).
+RECIPES = ("plain", "thinking", "qlora")
+
+
+def recipe_config(recipe: str):
+    """The training config of ``recipe`` (one of :data:`RECIPES`), seed 0."""
+    from cookbook import train
+
+    if recipe == "qlora":
+        return train.train_preset("tiny").replace(quantize="nf4", quant_tile=32)
+    return train.train_preset("tiny", sample_task=recipe)
+
+
 def rates(scores: dict, n: int) -> dict[str, float]:
     """The metrics a bound is asked for, over the first ``n`` rows of one run's per-row ``scores``."""
     out = {"exact_match": sum(scores["exact"][:n]) / n, "pass1": sum(scores["passed"][:n]) / n}
@@ -94,7 +108,7 @@ def rates(scores: dict, n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--recipes", nargs="+", default=["plain", "thinking"])
+    ap.add_argument("--recipes", nargs="+", choices=RECIPES, default=["plain", "thinking"])
     ap.add_argument("--no-controls", action="store_true", help="seeds only (the base and quarter-steps runs are kept)")
     ap.add_argument("--out", type=Path, default=core.RESULTS_DIR / "outcome_spread.json")
     args = ap.parse_args()
@@ -106,7 +120,7 @@ def main() -> None:
     threads = len(os.sched_getaffinity(0))
     results = []
     for recipe in args.recipes:
-        recipe_cfg = train.train_preset("tiny", sample_task=recipe)
+        recipe_cfg = recipe_config(recipe)
         cases = [(f"seed {s}", recipe_cfg.replace(seed=s, data={"seed": s}), s) for s in args.seeds]
         if not args.no_controls:
             cases = [("base", recipe_cfg, None), *cases]

@@ -105,7 +105,8 @@ def outcome_rate(scores: dict, metric: str, rows: int) -> float:
 
 
 def spread_runs(recipe: str) -> list[dict]:
-    """The committed runs of the tiny ``recipe`` (``plain`` or ``thinking``): seeds and controls."""
+    """The committed runs of the tiny ``recipe`` (``plain``, ``thinking``, or ``qlora``: plain on an nf4
+    base): seeds and controls."""
     return [r for r in json.loads(SPREAD_FILE.read_text())["runs"] if r["recipe"] == recipe]
 
 

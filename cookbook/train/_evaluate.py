@@ -66,6 +66,7 @@ class QLoraTwin:
     run_dir: Path | None = None  # the twin's run, where trained
     as_trained: float | None = None
     on_dense_base: float | None = None
+    sampler: Any = dataclasses.field(default=None, repr=False, compare=False)  # the quantized model's, to reuse
 
     def describe(self) -> str:
         from cookbook import lora
@@ -114,4 +115,4 @@ def qlora_twin(
     run = ensure_trained(config.replace(quantize=quantize, quant_tile=tile))
     as_trained = evaluate(restore_lora_model(run), tokenizer, list(rows), batch_size=batch_size)
     dense = evaluate(restore_lora_model(run, dense_base=True), tokenizer, list(rows), batch_size=batch_size)
-    return QLoraTwin(quantize, tile, memory, run, as_trained["accuracy"], dense["accuracy"])
+    return QLoraTwin(quantize, tile, memory, run, as_trained["accuracy"], dense["accuracy"], as_trained["sampler"])
