@@ -204,6 +204,11 @@ def main() -> int:
     ap.add_argument("--cells", default=None, help="comma-separated PRESET/SLICE cells (default: all not in the file)")
     ap.add_argument("--workers", type=int, default=1, help="compiles at a time (each its own process)")
     ap.add_argument("--cached-only", action="store_true", help="compile nothing: rows from the compiles already cached")
+    ap.add_argument(
+        "--retry-uncompiled",
+        action="store_true",
+        help="compile a cell here where the layout search covered its slice but could not compile it",
+    )
     ap.add_argument("--table", action="store_true", help="print the committed table and exit")
     ap.add_argument("--out", type=Path, default=OUT, help="the table to add rows to (default: the committed one)")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown (README) and exit")
@@ -249,6 +254,8 @@ def main() -> int:
             if cells is None and data["rows"].get(key, {}).get("compiled"):
                 continue
             found = committed_cell(preset, slice_name)
+            if found and args.retry_uncompiled and not found[0].reports:
+                found = None  # the search's "not compiled here" is retried with this ladder
             smaller = data["rows"].get(f"{CONTAINS.get(preset)}/{slice_name}", {})
             start = (smaller["seq_len"], smaller.get("quantize")) if smaller.get("fits") else None
             found = (*found, None) if found else None
