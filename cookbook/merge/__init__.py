@@ -36,7 +36,6 @@ from cookbook.merge._verify import (  # noqa: F401
     ensure_random_lora_run,
     extrapolate_merge,
     plot_bench,
-    plot_verification,
     sample_tokens,
     shard_table,
     tunix_lora_logits,

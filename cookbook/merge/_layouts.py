@@ -7,13 +7,14 @@ and one on the text-only base) are compared with the run's own Tunix + LoRA logi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from cookbook.merge._cache import ensure_text_only_base
 from cookbook.merge._checkpoint import open_lora_checkpoint
-from cookbook.merge._verify import sample_tokens, tunix_lora_logits, verify_merge
+from cookbook.merge._verify import plot_verification, sample_tokens, tunix_lora_logits, verify_merge
 
 # merge_bench.json's per-run columns, in the order notebook 07 shows them.
 BENCH_COLUMNS = (
@@ -30,6 +31,45 @@ BENCH_COLUMNS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class LayoutCheck:
+    """:func:`verify_layouts`' result: each layout's logits against the run's Tunix + LoRA logits."""
+
+    result: dict[str, Any]  # verify_merge's: floor, bound, diffs, per-layout checks, control, ok
+    length: int  # tokens per sequence compared
+
+    @property
+    def ok(self) -> bool:
+        """Every layout within the bound (the control, the base without LoRA, is not one of them)."""
+        return self.result["ok"]
+
+    def describe(self) -> str:
+        r = self.result
+        return (
+            f"bound {r['bound_max_abs']:.2e} = 4 x float32 floor {r['floor']['floor_max_abs']:.2e}; "
+            f"control (base without LoRA) {r['control_over_bound']:.0f} x the bound"
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per layout and the control: its max |logit difference|, the bound, and whether it is within."""
+        cols = ("max_abs_diff", "bound_max_abs", "max_over_bound", "ok")
+        return [{"layout": k, **{c: v[c] for c in cols}} for k, v in self.result["checks"].items()]
+
+    def plot(self, ax=None):
+        return plot_verification(self.result, ax=ax)
+
+    def results(self) -> dict[str, Any]:
+        """What notebook 07 records."""
+        r = self.result
+        return {
+            "logit_max_abs_diff": r["diffs"],
+            "parity_bound": r["bound_max_abs"],
+            "float32_floor": r["floor"]["floor_max_abs"],
+            "control_over_bound": r["control_over_bound"],
+            "verify_len": self.length,
+        }
+
+
 def verify_layouts(
     run_dir: str | Path,
     *,
@@ -39,13 +79,13 @@ def verify_layouts(
     peft_multimodal: str | Path,
     batch: int = 2,
     length: int = 48,
-) -> dict[str, Any]:
+) -> LayoutCheck:
     """:func:`verify_merge` of every layout of ``run_dir`` against its Tunix + LoRA logits on
     ``batch`` random sequences of ``length`` tokens, with the base without LoRA as the control."""
     ckpt = open_lora_checkpoint(run_dir)
     base_dir = Path(ckpt.base_dir)
     tokens = sample_tokens(ckpt.preset, batch=batch, length=length)
-    return verify_merge(
+    result = verify_merge(
         tunix_lora_logits(base_dir, run_dir, tokens),
         {
             "merged": (merged, None),
@@ -56,6 +96,7 @@ def verify_layouts(
         control=(base_dir, None),
         tokens=tokens,
     )
+    return LayoutCheck(result, length)
 
 
 def adapter_summary(peft_dir: str | Path) -> dict[str, Any]:
