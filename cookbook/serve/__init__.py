@@ -36,7 +36,7 @@ from cookbook.serve._cli import register_cli as register_serve_cli  # noqa: E402
 from cookbook.serve._config import ServeConfig, ServeError  # noqa: F401
 from cookbook.serve._lora import adapter_config, load_lora_adapter  # noqa: F401
 from cookbook.serve._process import pid_alive  # noqa: F401
-from cookbook.serve._render import render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
+from cookbook.serve._render import check_rendering, render_with_vllm, vllm_model_dir  # noqa: E402, F401, I001
 from cookbook.serve._server import (  # noqa: F401
     VLLMServer,
     check_model_dir,

@@ -3,6 +3,7 @@ OpenAI endpoint renders it (notebook 05 checks the training template against it)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from cookbook import merge, models
@@ -49,3 +50,28 @@ def render_with_vllm(
         **chat_template_kwargs,
     )
     return list(out) if tokenize else out
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderingCheck:
+    """:func:`check_rendering`'s result: whether vLLM renders the rows' prompts as training does."""
+
+    rows: int
+    identical: bool  # every prompt's token ids equal
+    example: str  # the first prompt as vLLM renders it, as text
+
+    def describe(self) -> str:
+        return f"vLLM's rendering of {self.rows} prompts is identical to training's: {self.identical}\n{self.example!r}"
+
+
+def check_rendering(preset: str, tokenizer, rows: list[dict]) -> RenderingCheck:
+    """Render each row's prompt (its first turn, with the generation prompt) as vLLM's chat endpoint
+    would for ``preset`` (:func:`vllm_model_dir`), and compare its token ids with what the training
+    pipeline renders (``cookbook.data.prompt_ids``): a served model must see the prompts it trained on."""
+    from cookbook import data
+
+    served_dir = vllm_model_dir(preset)
+    vllm_ids = [render_with_vllm(served_dir, r["messages"][:1]) for r in rows]
+    ours = [data.prompt_ids(tokenizer, r) for r in rows]
+    example = render_with_vllm(served_dir, rows[0]["messages"][:1], tokenize=False)
+    return RenderingCheck(len(rows), vllm_ids == ours, example)

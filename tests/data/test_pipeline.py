@@ -85,7 +85,11 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
     from cookbook import merge, serve
 
     served_dir = merge.ensure_text_only_base(tiny_base, "tiny")  # what vLLM on CPU serves
-    for row in data.generate_rows("eval", n=3):
+    assert serve.vllm_model_dir("tiny") == str(served_dir)
+    rows = data.generate_rows("eval", n=3)
+    check = serve.check_rendering("tiny", tok, rows)  # notebook 05's check
+    assert (check.rows, check.identical) == (3, True) and check.example == tok.decode(data.prompt_ids(tok, rows[0]))
+    for row in rows:
         served = serve.render_with_vllm(served_dir, row["messages"][:1])
         assert served == data.prompt_ids(tok, row)
     text = serve.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
