@@ -36,11 +36,13 @@ from cookbook import core
 OUT = core.RESULTS_DIR / "malloc_bench_cpu.json"
 
 
-def run_once(steps: int, tunables: str | None, out_dir: Path) -> dict:
-    """One ``cookbook train --preset tiny`` process: its wall and CPU seconds, faults and losses."""
+def run_once(steps: int, tunables: str | None, out_dir: Path, **env_vars: str) -> dict:
+    """One ``cookbook train --preset tiny`` process: its wall and CPU seconds, faults and losses
+    (``env_vars``: more of the child's environment)."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if tunables:
         env["GLIBC_TUNABLES"] = tunables
+    env.update(env_vars)
     cmd = [sys.executable, "-m", "cookbook", "train", "--preset", "tiny", "--out", str(out_dir)]
     cmd += ["--max-steps", str(steps), "--eval-every", str(10 * steps), "--checkpoint-every", str(10 * steps)]
     t0 = time.perf_counter()

@@ -42,6 +42,7 @@ from cookbook.core._numerics import (  # noqa: F401
 from cookbook.core._runtime import (  # noqa: F401
     CPU_GLIBC_TUNABLES,
     DEFAULT_CACHE,
+    GC_YOUNG_THRESHOLD,
     LIBTPU_NO_CHIPS_NOISE,
     REPO_ROOT,
     RESULTS_DIR,

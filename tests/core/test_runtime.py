@@ -55,6 +55,41 @@ def test_setup_runtime_env_defaults_to_cpu_without_tpu_chips():
     }
 
 
+_GC_AFTER_SETUP = """
+import gc, json, sys
+from cookbook import core
+if sys.argv[1:]:
+    gc.set_threshold(*map(int, sys.argv[1:]))  # the program's own choice, before the setup
+core.setup_runtime_env()
+print(json.dumps(gc.get_threshold()))
+"""
+
+
+def _gc_after_setup(*chosen: int, **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "COOKBOOK_GC_THRESHOLD"} | env | {"PYTHONPATH": str(REPO)}
+    code = [sys.executable, "-c", _GC_AFTER_SETUP, *map(str, chosen)]
+    return subprocess.run(code, env=clean, capture_output=True, text=True, timeout=60)
+
+
+def _thresholds(done: subprocess.CompletedProcess) -> list[int]:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_setup_runtime_env_collects_young_garbage_less_often_unless_told():
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import gc; print(*gc.get_threshold())"], capture_output=True, text=True
+    )
+    young, *older = map(int, fresh.stdout.split())
+    assert young == 700 < core.GC_YOUNG_THRESHOLD  # CPython's default, raised
+    assert _thresholds(_gc_after_setup()) == [core.GC_YOUNG_THRESHOLD, *older]  # older generations' ratios kept
+    assert _thresholds(_gc_after_setup(500, 5, 5)) == [500, 5, 5]  # a program's own threshold is kept
+    assert _thresholds(_gc_after_setup(COOKBOOK_GC_THRESHOLD="700")) == [700, *older]  # the default, asked for
+    bad = _gc_after_setup(COOKBOOK_GC_THRESHOLD="lots")
+    assert bad.returncode != 0
+    assert "COOKBOOK_GC_THRESHOLD='lots' is not a whole number" in bad.stderr and "unset it" in bad.stderr
+
+
 # A process that calls setup_runtime_env, then asks glibc's dynamic loader which tunables its
 # own children get: glibc ignores a tunable it does not know without a word, so only ld.so can
 # say whether the setting takes effect.
