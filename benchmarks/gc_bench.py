@@ -3,12 +3,12 @@
     python benchmarks/gc_bench.py [--steps 48] [--repeats 3] [--tests FILE ...] [--out F]
 
 ``cookbook.core.setup_runtime_env`` (every entry point: the command line, the notebooks, the
-tests) raises CPython's young-generation collection threshold from 700 to
+tests) raises CPython's young-generation collection threshold from 700 (2000 from 3.13) to
 ``cookbook.core.GC_YOUNG_THRESHOLD``: JAX's tracing and lowering, Qwix's LoRA pass and Tunix's
 per-step Python allocate millions of container objects, and at 700 the collector ran ~6% of a
 short tiny run's samples (perf). This runs what a user runs, ``python -m cookbook train --preset
 tiny`` (one CPU device, its own process, eval and checkpoints off), with
-``COOKBOOK_GC_THRESHOLD=700`` (CPython's default) and without it, interleaved ``--repeats`` times
+``COOKBOOK_GC_THRESHOLD`` at this Python's default and without it, interleaved ``--repeats`` times
 so that a change in the machine's load hits both arms, on the CPUs this process may use (pin it
 with ``taskset -c 1`` for the suite's one-core streams). Per run: wall, user and system CPU
 seconds (``os.wait4``) and the final losses, which must agree bit for bit (the collector does not
@@ -39,7 +39,10 @@ from malloc_bench import run_once  # noqa: E402
 from cookbook import core  # noqa: E402
 
 OUT = core.RESULTS_DIR / "gc_bench_cpu.json"
-CPYTHON_DEFAULT = "700"
+# This Python's own young-generation threshold, as a fresh interpreter has it (700; 2000 from 3.13).
+CPYTHON_DEFAULT = subprocess.run(
+    [sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True, text=True, check=True
+).stdout.strip()
 
 
 def time_tests(files: list[str], env_vars: dict[str, str]) -> dict:
