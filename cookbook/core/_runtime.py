@@ -74,15 +74,15 @@ COMPILE_CACHE_MIN_SECONDS = 0.0
 # tunable glibc does not know is ignored without a word; tests/core/test_runtime.py asks ld.so.
 CPU_GLIBC_TUNABLES = "glibc.malloc.hugetlb=1"
 # Python's cyclic garbage collector, for JAX programs. CPython starts a young-generation collection
-# every 700 net allocations of container objects (2,000 from Python 3.13). Tracing and lowering a model, Qwix's LoRA pass
-# and Tunix's per-step Python allocate millions: the collector took ~6% of a 48-step tiny
-# `cookbook train`'s perf samples, more in a test process's larger heap. At 10,000, pinned to one
-# core (benchmarks/gc_bench.py, 2026-12-06, medians of 3 interleaved runs): that `cookbook train`
-# 0.96x the CPU time, losses bit for bit; a pytest run of two in-process model test files 0.88x
-# (50,000 saved no more). The older generations keep CPython's ratios (10, 10): a cycle still goes
-# within a few young collections, and garbage waits for at most ~10,000 more allocations.
-# ``COOKBOOK_GC_THRESHOLD`` sets the young threshold (700, or 2000 from 3.13: CPython's default); a
-# threshold the program set itself is kept.
+# every 700 net allocations of container objects (2,000 from Python 3.13). Tracing and lowering a
+# model, Qwix's LoRA pass and Tunix's per-step Python allocate millions: the collector took ~6% of
+# a 48-step tiny `cookbook train`'s perf samples, more in a test process's larger heap. At 10,000,
+# pinned to one core (benchmarks/gc_bench.py, 2026-12-06, medians of 3 interleaved runs): that
+# `cookbook train` 0.96x the CPU time, losses bit for bit; a pytest run of two in-process model
+# test files 0.88x (50,000 saved no more). The older generations keep CPython's ratios (10, 10): a
+# cycle still goes within a few young collections, and garbage waits for at most ~10,000 more
+# allocations. ``COOKBOOK_GC_THRESHOLD`` sets the young threshold (CPython's default: 700, or 2,000
+# from 3.13); a threshold the program set itself is kept.
 GC_YOUNG_THRESHOLD = 10_000
 _CPYTHON_GC_YOUNG = 700 if sys.version_info < (3, 13) else 2000
 
