@@ -47,6 +47,7 @@ from cookbook.core._runtime import (  # noqa: F401
     REPO_ROOT,
     RESULTS_DIR,
     cache_root,
+    commit_arrays,
     compile_cache_dir,
     compile_cache_off,
     libtpu_first_load_quiet,

@@ -235,12 +235,16 @@ def _run_parity(
     start = nnx.state(tmodel, nnx.LoRAParam).to_pure_dict()
 
     opt = nnx.Optimizer(tmodel, tunix_optimizer(config), wrt=nnx.LoRAParam)
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     fresh_opt = jax.tree.map(lambda x: x, nnx.state(opt, nnx.OptState).to_pure_dict())
 
     def train_tunix():
         opt_state = nnx.state(opt, nnx.OptState)
         nnx.replace_by_pure_dict(opt_state, fresh_opt)  # same compiled step, state from zero
         nnx.update(opt, opt_state)
+        # Committed like the base, as the step's outputs are: one compile for every step and call.
+        nnx.update(opt, core.commit_arrays(nnx.state(opt), one_device))
+        nnx.update(tmodel, core.commit_arrays(nnx.state(tmodel, nnx.LoRAParam), one_device))
         losses, first = [], None
         for _ in range(config.max_steps):
             step = []

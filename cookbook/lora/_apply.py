@@ -193,6 +193,8 @@ def apply_lora(
         for cfg, old in zip(models.tunix_configs(model), previous, strict=False):
             cfg.remat_config = old
     _own_config(lora_model)
+    if mesh is None:
+        _commit_lora_to_base_device(lora_model)
     models.set_remat(lora_model, remat)
     if lora.dropout > 0:
         lora_model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed + 1), raise_if_not_found=False)
@@ -212,6 +214,22 @@ def apply_lora(
             + f"Qwix module_path was {module_path!r}."
         )
     return lora_model
+
+
+def _commit_lora_to_base_device(lora_model) -> None:
+    """Commit the adapters Qwix created eagerly on one device to the base's device.
+
+    Qwix's eager call creates them uncommitted while the base's arrays are committed; Tunix's
+    first train and eval steps were then compiled for them and every later step again for the
+    committed adapters a step returns (``core.commit_arrays``). On a mesh they are sharded after
+    LoRA, and a jitted call's outputs are committed already.
+    """
+    from flax import nnx
+
+    base = next((v for _, v in nnx.state(lora_model, nnx.Param).flat_state() if not isinstance(v, nnx.LoRAParam)), None)
+    sharding = getattr(base.get_value() if base is not None else None, "sharding", None)
+    if sharding is not None:  # None: an abstract model (nnx.eval_shape), nothing to place
+        nnx.update(lora_model, core.commit_arrays(nnx.state(lora_model, nnx.LoRAParam), sharding))
 
 
 def _apply_lora_jitted(model, provider, seed: int, mesh):

@@ -269,6 +269,22 @@ class TrainResult:
     final_eval_loss: float | None
 
 
+def _commit_optimizer_state(trainer) -> None:
+    """On one device, commit the optimizer state (optax's step counts, the optimizer's step) to
+    the adapters' device before the first step, so that Tunix compiles its train step once.
+
+    On a mesh Tunix does this itself (``PeftTrainer._shard_optimizer``: "If not, the _train_step
+    will be compiled 2 times"), but it returns early without one (``core.commit_arrays``). A
+    restored state is committed already.
+    """
+    from flax import nnx
+
+    lora = [v.get_value() for _, v in nnx.state(trainer.model, nnx.LoRAParam).flat_state()]
+    sharding = next((x.sharding for x in lora if getattr(x, "committed", False)), None)
+    if sharding is not None:
+        nnx.update(trainer.optimizer, core.commit_arrays(nnx.state(trainer.optimizer), sharding))
+
+
 def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) -> TrainResult:
     """Train (or resume) ``config`` into ``run_dir``; returns a summary.
 
@@ -354,6 +370,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     listeners_before = core.compat.scalar_listeners()
     with context:
         trainer = _make_trainer_class()(model, make_optimizer(config), tcfg)
+        if mesh is None:
+            _commit_optimizer_state(trainer)
         trainer.recipe = rec
         trainer = trainer.with_gen_model_input_fn(data_lib.model_inputs)
         trainer.with_training_hooks(_make_hooks(None, token_counter, run_dir))

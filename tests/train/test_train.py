@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -331,12 +332,30 @@ def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys
 
 
 @pytest.mark.slow
-def test_sharded_training_on_a_mesh_matches_one_device(tmp_path, tiny_base):
+def _step_compiles(caplog, run) -> dict[str, int]:
+    """How many times ``run()`` had Tunix's train and eval steps compiled (cache hits included:
+    JAX logs each compile it asks for, before it looks in its persistent cache)."""
+    import jax
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"), jax.log_compiles(True):
+        run()
+    said = [r.getMessage() for r in caplog.records]
+    return {f: sum(m.startswith(f"Compiling jit({f})") for m in said) for f in ("_train_step", "_eval_step")}
+
+
+def test_sharded_training_on_a_mesh_matches_one_device(tmp_path, tiny_base, caplog):
     # The 31B recipe trains on a fsdp x tp mesh; here 2 x 2 of the 8 fake CPU devices. The
     # same two steps on one device must give the same losses and LoRA weights.
     c = small_config(max_steps=2, warmup_steps=1, eval_every_steps=2, checkpoint_every_steps=2)
-    train.train(c.replace(mesh_fsdp=2, mesh_tp=2), tmp_path / "mesh", progress=False)
-    train.train(c, tmp_path / "one", progress=False)
+    # Each step is compiled once per run, on a mesh and on one device. On one device Tunix had
+    # compiled both twice: first for the fresh adapters' and optax counts' uncommitted arrays, then
+    # for the committed ones a step returns (core.commit_arrays).
+    mesh_run = _step_compiles(
+        caplog, lambda: train.train(c.replace(mesh_fsdp=2, mesh_tp=2), tmp_path / "mesh", progress=False)
+    )
+    one_run = _step_compiles(caplog, lambda: train.train(c, tmp_path / "one", progress=False))
+    assert mesh_run == one_run == {"_train_step": 1, "_eval_step": 1}, (mesh_run, one_run)
     a, b = train.read_metrics(tmp_path / "mesh"), train.read_metrics(tmp_path / "one")
     np.testing.assert_allclose([v for _, v in a["train/loss"]], [v for _, v in b["train/loss"]], rtol=1e-4)
     np.testing.assert_allclose([v for _, v in a["eval/loss"]], [v for _, v in b["eval/loss"]], rtol=1e-4)
