@@ -148,6 +148,23 @@ class CostCurve:
             "asymptotic_ratio": self.asymptotic_ratio,
         }
 
+    def describe(self) -> str:
+        """Where the GPU path catches up (if it does), and what the ratio tends to with serving."""
+        be = self.break_even_hours
+        return (
+            "break-even: "
+            + ("never" if be is None else f"after {be:,.1f} h of serving")
+            + f"; the ratio tends to {self.asymptotic_ratio:.4f}x"
+        )
+
+    def results(self) -> dict[str, Any]:
+        """What notebook 09 records of the curve."""
+        return {
+            "cost_curve": self.to_dict(),
+            "break_even_hours": self.break_even_hours,
+            "asymptotic_ratio": self.asymptotic_ratio,
+        }
+
 
 def cost_curve(
     tpu: Side = PAPER_TPU,

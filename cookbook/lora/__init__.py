@@ -2,7 +2,9 @@
 
 The projection names live in one table (``_names``); ``_targets`` translates PEFT targets
 to Qwix module paths and checks coverage (the K = V trap); ``_apply`` applies Qwix LoRA and
-counts parameters; ``_quant`` chooses and checks the QLoRA quantization; ``_peft`` converts LoRA tensors between the Tunix and PEFT layouts.
+counts parameters; ``_counts`` checks Qwix's count against PEFT's; ``_tables`` holds notebook 02's
+other steps; ``_quant`` chooses and checks the QLoRA quantization; ``_peft`` converts LoRA
+tensors between the Tunix and PEFT layouts.
 """
 
 from cookbook.lora._apply import (  # noqa: F401
@@ -26,6 +28,9 @@ from cookbook.lora._config import (  # noqa: F401
     LoraCoverageError,
     parse_targets,
 )
+
+# Notebook 02's steps, each a typed result
+from cookbook.lora._counts import family_param_counts, lora_param_counts  # noqa: E402, F401, I001
 from cookbook.lora._names import (  # noqa: F401
     ALL_HF_PROJECTIONS,
     HF_PARENT,
@@ -60,9 +65,11 @@ from cookbook.lora._quant import (  # noqa: F401
 )
 from cookbook.lora._tables import (  # noqa: E402, F401, I001
     k_equals_v_trap,
-    lora_param_counts,
+    module_path_refusal,
     plot_coverage,
     projection_table,
+    targets_refusal,
+    translate_targets,
 )
 from cookbook.lora._targets import (  # noqa: F401
     check_module_path,

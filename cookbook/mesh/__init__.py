@@ -2,8 +2,8 @@
 
 ``_runtime`` says what this process runs on; ``_mesh`` holds the divisibility rules (read
 from Tunix's sharding of Gemma 4: which dimension sits on which axis), builds and chooses
-meshes; ``_distributed`` starts JAX's multi-controller runtime and checks a global mesh
-across processes. The slices themselves are the hardware table's (``cookbook.core``).
+meshes; ``_plan`` holds notebook 01's steps as typed results; ``_distributed`` starts JAX's
+multi-controller runtime and checks a global mesh across processes. The slices themselves are the hardware table's (``cookbook.core``).
 """
 
 from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
@@ -25,5 +25,14 @@ from cookbook.mesh._mesh import (  # noqa: F401
     valid_meshes,
     validate_mesh,
 )
-from cookbook.mesh._runtime import Runtime, detect_runtime  # noqa: F401
+
+# Notebook 01's steps, each a typed result
+from cookbook.mesh._plan import (  # noqa: E402, F401, I001
+    check_on_devices,
+    plan_mesh,
+    refuse_too_wide_mesh,
+    simulate_hosts,
+    tp_limit,
+)
+from cookbook.mesh._runtime import Runtime, detect_runtime, use_fake_cpu_devices  # noqa: F401
 from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table  # noqa: E402, F401, I001
