@@ -32,7 +32,6 @@ from cookbook.models._loader import (  # noqa: F401
     unused_kv_params,
 )
 from cookbook.models._parity import (  # noqa: F401
-    generate,
     logit_parity,
     make_sampler,
     random_text_tokens,
@@ -42,7 +41,6 @@ from cookbook.models._parity import (  # noqa: F401
 )
 from cookbook.models._presets import (  # noqa: F401
     PRESETS,
-    describe,
     gemma4_31b,
     get_preset,
     small,
@@ -50,6 +48,7 @@ from cookbook.models._presets import (  # noqa: F401
     tiny_26b_a4b,
     tiny_e2b,
 )
+from cookbook.models._quickstart import ParityError, check_parity, checkpoint_files, compare_presets, sample_chat  # noqa: F401
 from cookbook.models._tokenizer import (  # noqa: F401
     CHAT_TEMPLATE,
     CHAT_TEMPLATE_FILE,
