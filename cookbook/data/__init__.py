@@ -8,9 +8,18 @@ padded or packed, by Grain, each JAX process reading its own slice, into global 
 sharded on the mesh's data axis (``_pipeline``). A batch is Tunix ``TrainingInput``'s
 ``input_tokens`` and ``input_mask`` plus ``positions`` and ``segment_ids``;
 :func:`model_inputs` turns it into the arguments of Tunix's loss. The built-in Verilog
-sample task is ``_sample_task``.
+sample task is ``_sample_task``; notebook 05's sections, one call each with a typed result, are
+``_sections`` (the task, reading, bad rows, formats, the too-long policy) and ``_batching``
+(padding or packing, sharded batches and resume, the host's headroom).
 """
 
+from cookbook.data._batching import (  # noqa: F401
+    host_headroom,
+    packing_efficiency,
+    plot_batch_layout,
+    resume_replays,
+    sharded_batch,
+)
 from cookbook.data._cli import format_view, inspect, marked, marked_tokens, plot_lengths  # noqa: F401
 from cookbook.data._cli import register_cli as register_data_cli  # noqa: F401
 from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
@@ -18,15 +27,11 @@ from cookbook.data._examples import format_example_checks, format_examples, long
 from cookbook.data._formats import FORMATS, parse_columns  # noqa: F401
 from cookbook.data._pipeline import (  # noqa: F401
     check_process_split,
-    format_packing,
     iter_batches,
     make_train_iter,
     measure_throughput,
     model_inputs,
-    packing_efficiency,
-    plot_batch_layout,
     real_token_fraction,
-    resume_replays,
     segment_attention_mask,
     shard_batch,
 )
@@ -54,6 +59,14 @@ from cookbook.data._sample_task import (  # noqa: F401
     thought_of,
     write_jsonl,
     write_messy_jsonl,
+)
+from cookbook.data._sections import (  # noqa: F401
+    check_messy_rows,
+    compare_sources,
+    compare_too_long_policies,
+    describe_loss_mask,
+    inspect_formats,
+    sample_task,
 )
 from cookbook.data._tokenize import (  # noqa: F401
     Example,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import itertools
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -359,64 +358,3 @@ def measure_throughput(rows: Any, tokenizer, config: DataConfig) -> dict[str, fl
         "real_token_fraction": real_token_fraction(batches),
         "num_batches": float(len(batches)),
     }
-
-
-def packing_efficiency(examples: Sequence[Example], *, seq_len: int, batch_size: int, seed: int = 0) -> dict[str, Any]:
-    """Real-token fraction of one epoch padded to ``seq_len``, packed into ``seq_len``, and padded
-    to the data's longest example; the padded and packed batches themselves (for a plot)."""
-
-    def epoch(packing: bool, length: int) -> list[dict]:
-        cfg = DataConfig(seq_len=length, batch_size=batch_size, packing=packing, seed=seed)
-        return list(iter_batches(examples, cfg, num_epochs=1))
-
-    longest = max(len(e.token_ids) for e in examples)
-    padded, packed = epoch(False, seq_len), epoch(True, seq_len)
-    return {
-        "seq_len": seq_len,
-        "longest": longest,
-        "padded": padded,
-        "packed": packed,
-        "real_fraction_padded": real_token_fraction(padded),
-        "real_fraction_packed": real_token_fraction(packed),
-        "real_fraction_padded_to_longest": real_token_fraction(epoch(False, longest)),
-    }
-
-
-def format_packing(eff: dict[str, Any]) -> str:
-    """:func:`packing_efficiency`'s three real-token fractions, one line each."""
-    rows = (
-        (f"padding to {eff['seq_len']}", "real_fraction_padded"),
-        (f"packing into {eff['seq_len']}", "real_fraction_packed"),
-        (f"padding to {eff['longest']} (this data's longest)", "real_fraction_padded_to_longest"),
-    )
-    return "\n".join(f"{name:>40}: {eff[key]:.1%} real tokens" for name, key in rows)
-
-
-def resume_replays(examples: Sequence[Example], config: DataConfig, *, mesh=None, at: int = 5, steps: int = 10) -> bool:
-    """Whether an iterator started at step ``at`` (as a resumed run starts it) yields exactly the
-    batches ``at + 1 .. steps`` of one that ran from the start."""
-    whole = [np.asarray(b["input_tokens"]) for b in itertools.islice(iter_batches(examples, config, mesh=mesh), steps)]
-    resumed = iter_batches(examples, config, mesh=mesh, start_step=at)
-    return all(np.array_equal(np.asarray(next(resumed)["input_tokens"]), whole[k]) for k in range(at, steps))
-
-
-def plot_batch_layout(padded: dict, packed: dict):
-    """Segment ids of a padded and a packed batch, and the packed batch's restarting positions."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 2.6), sharey=True)
-    for ax, (title, b, key) in zip(
-        axes,
-        [
-            ("padded: segment ids", padded, "segment_ids"),
-            ("packed: segment ids", packed, "segment_ids"),
-            ("packed: positions", packed, "positions"),
-        ],
-        strict=True,
-    ):
-        ax.imshow(b[key], aspect="auto", interpolation="nearest", cmap="viridis")
-        ax.set_title(title)
-        ax.set_xlabel("token")
-    axes[0].set_ylabel("batch row")
-    fig.tight_layout()
-    return fig

@@ -8,8 +8,15 @@ from cookbook.merge._checkpoint import (  # noqa: F401
 )
 from cookbook.merge._layouts import (  # noqa: F401
     BENCH_COLUMNS,
+    MergeMismatchError,
     adapter_summary,
     extrapolation_summary,
+    inspect_checkpoint,
+    load_merge_bench,
+    merged_layout,
+    peft_adapters,
+    resolve_run_dir,
+    show_refusals,
     verify_layouts,
 )
 from cookbook.merge._merge import (  # noqa: F401
@@ -32,12 +39,9 @@ from cookbook.merge._safetensors import (  # noqa: F401
     write_shard,
 )
 from cookbook.merge._verify import (  # noqa: F401
-    checkpoint_table,
     ensure_random_lora_run,
     extrapolate_merge,
-    plot_bench,
     sample_tokens,
-    shard_table,
     tunix_lora_logits,
     verify_merge,
 )

@@ -1,11 +1,10 @@
-"""Notebook 05's rows and checks as package calls: the layouts' example rows, R1-length thoughts,
-the resume check, the packing lines."""
+"""Notebook 05's example rows: one per data layout, rendered with what each must show, and rows with
+R1-length thoughts."""
 
 import numpy as np
 import pytest
 
 from cookbook import data
-from cookbook.data import _pipeline
 
 pytestmark = pytest.mark.jax_only
 
@@ -30,30 +29,3 @@ def test_format_examples_render_with_the_thought_and_tool_call_trained(tiny_base
     }
     text = data.format_view(view)
     assert text.startswith(view["summary"]) and text.count("\n--- row ") == 3 and "[[" in text
-
-
-def test_resume_replays_and_notices_an_iterator_that_does_not(tiny_base, monkeypatch):
-    tokenizer = data.load_tokenizer(base_dir=tiny_base)
-    examples, _ = data.prepare_examples(data.generate_rows("train", n=120, seed=0), tokenizer, data.DataConfig())
-    config = data.DataConfig(seq_len=128, batch_size=4, packing=True, seed=1)
-    assert data.resume_replays(examples, config, at=5, steps=10)
-    original = _pipeline.iter_batches
-    monkeypatch.setattr(_pipeline, "iter_batches", lambda ex, cfg, **kw: original(ex, cfg, mesh=kw.get("mesh")))
-    assert not data.resume_replays(examples, config, at=5, steps=10)  # restarts from step 0: caught
-
-
-def test_format_packing_states_each_fraction():
-    eff = {
-        "seq_len": 256,
-        "longest": 61,
-        "real_fraction_padded": 0.238,
-        "real_fraction_packed": 0.953,
-        "real_fraction_padded_to_longest": 1.0,
-    }
-    lines = data.format_packing(eff).splitlines()
-    assert [line.split(":")[1].strip() for line in lines] == [
-        "23.8% real tokens",
-        "95.3% real tokens",
-        "100.0% real tokens",
-    ]
-    assert "padding to 61 (this data's longest)" in lines[2]
