@@ -9,11 +9,15 @@ prompts through transformers ``generate`` on the same checkpoint must give the s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cookbook import data
 from cookbook import models as tok_lib
+
+if TYPE_CHECKING:
+    from cookbook.serve._served import ServedCheckpoints, ServingServers
 
 
 def served_completions(
@@ -128,3 +132,80 @@ def agreement(completions_a: list[str], completions_b: list[str]) -> float:
     """Fraction of rows whose cleaned completions are identical (JAX vs server, say)."""
     pairs = list(zip(completions_a, completions_b, strict=True))
     return sum(data.clean_completion(a) == data.clean_completion(b) for a, b in pairs) / len(pairs)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FineTunedProof:
+    """The held-out rows scored through the merged server and by the JAX model (notebook 06's
+    ``train.evaluate``): the two accuracies must be equal, completion for completion."""
+
+    rows: list[dict]
+    served: dict[str, Any]  # served_exact_match through the server
+    jax: dict[str, Any]  # train.evaluate of the run's LoRA model (Tunix)
+    agreement: float  # the share of rows whose cleaned completions are identical
+
+    @property
+    def served_completions(self) -> list[str]:
+        return self.served["completions"]
+
+    @property
+    def jax_completions(self) -> list[str]:
+        return self.jax["completions"]
+
+    def describe(self) -> str:
+        return (
+            f"exact match through vLLM: {self.served['accuracy']:.1%}   JAX (Tunix) model: "
+            f"{self.jax['accuracy']:.1%}   identical completions: {self.agreement:.1%} of {len(self.rows)}\n"
+            f"{data.prompt_of(self.rows[0])}\n->\n{data.clean_completion(self.served_completions[0])}"
+        )
+
+    def results(self) -> dict[str, Any]:
+        return {
+            "served_accuracy": self.served["accuracy"],
+            "jax_accuracy": self.jax["accuracy"],
+            "served_jax_agreement": self.agreement,
+            "num_eval_rows": len(self.rows),
+        }
+
+
+def prove_fine_tuned(servers: ServingServers, served: ServedCheckpoints, *, num_rows: int) -> FineTunedProof:
+    """Score the first ``num_rows`` held-out rows of the run through the merged server (the token ids
+    the trainer's chat template renders, greedy, exact match) and with the JAX model restored from
+    the run's LoRA checkpoint, on the same rows with the same metric."""
+    from cookbook import train
+
+    rows = train.eval_rows(served.run_config)[:num_rows]
+    through_vllm = served_exact_match(servers.client, servers.model, served.tokenizer, rows)
+    jax = train.evaluate(train.restore_lora_model(served.run_dir), served.tokenizer, rows)
+    same = agreement(through_vllm["completions"], jax["completions"])
+    return FineTunedProof(rows=rows, served=through_vllm, jax=jax, agreement=same)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GreedyParity:
+    """:func:`compare_greedy`'s verdict on the server's greedy text against transformers'."""
+
+    n: int
+    same_text: int
+    same_token_ids: int  # of the prompts the server returned token ids for
+    all_equal: bool
+    first_difference: dict[str, str] | None  # {"served", "reference"} of the first prompt that differs
+
+    def describe(self) -> str:
+        line = (
+            f"greedy text identical to transformers generate on {self.same_text} of {self.n} prompts "
+            f"(token ids on {self.same_token_ids}); all equal: {self.all_equal}"
+        )
+        return line + (f"\nfirst difference: {self.first_difference}" if self.first_difference else "")
+
+    def results(self) -> dict[str, Any]:
+        return {"greedy_parity_same_text": self.same_text, "greedy_parity_n": self.n}
+
+
+def merged_greedy_parity(servers: ServingServers, rows: list[dict], *, tokenizer, num_prompts: int) -> GreedyParity:
+    """:func:`greedy_parity` of the merged server against transformers ``generate`` on the same
+    checkpoint directory, on the first ``num_prompts`` of ``rows``."""
+    merged = servers.merged.config
+    return GreedyParity(
+        **greedy_parity(servers.client, merged.served_model_name, merged.model_dir, tokenizer, rows[:num_prompts])
+    )

@@ -219,3 +219,38 @@ def parse_tpu_args(args: list[str]):
     ns = parser.parse_args(args)
     validate_parsed_serve_args(ns)
     return ns
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TpuPlan:
+    """:func:`tpu_plan`'s start script and what vLLM's own parser made of its ``vllm serve`` flags."""
+
+    argv: tuple[str, ...]
+    script_path: Path
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.script_path.read_text()}\nvLLM parses it: tensor_parallel_size {self.tensor_parallel_size} "
+            f"kv_cache_dtype {self.kv_cache_dtype}"
+        )
+
+    def results(self) -> dict[str, object]:
+        return {"tpu_tensor_parallel": self.tensor_parallel_size, "tpu_kv_cache_dtype": self.kv_cache_dtype}
+
+
+def tpu_plan(
+    config: ServeConfig, preset: str | models.ModelPreset, tpu: TpuServeConfig, script_path: str | Path
+) -> TpuPlan:
+    """:func:`tpu_command` for ``config`` on ``tpu``, written as a start script to ``script_path``
+    (:func:`write_tpu_script`), its flags checked with vLLM's own parser (:func:`parse_tpu_args`)."""
+    argv = tpu_command(config, preset, tpu)
+    script = write_tpu_script(script_path, config, preset, tpu)
+    parsed = parse_tpu_args(argv[argv.index("serve") + 1 :])
+    return TpuPlan(
+        argv=tuple(argv),
+        script_path=script,
+        tensor_parallel_size=parsed.tensor_parallel_size,
+        kv_cache_dtype=parsed.kv_cache_dtype,
+    )

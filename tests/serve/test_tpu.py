@@ -131,3 +131,14 @@ def test_one_chip_serving_prints_tp_1_and_the_routes_that_work_there(tmp_path, c
     assert "--tensor-parallel-size 8 " in capsys.readouterr().out
     assert harness.main(["serve", str(tmp_path), "--tpu", "--slice", "tpu7x-8"]) == 0
     assert "--tensor-parallel-size 8 " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_tpu_plan_writes_the_script_and_records_what_vllm_parsed(tmp_path):
+    cfg = serve.ServeConfig(model_dir=str(tmp_path), served_model_name="verilog-merged", max_model_len=4096)
+    plan = serve.tpu_plan(cfg, "gemma4_31b", serve.TpuServeConfig(chips=4, kv_cache_dtype="auto"), tmp_path / "s.sh")
+    assert plan.results() == {"tpu_tensor_parallel": 4, "tpu_kv_cache_dtype": "auto"}
+    assert plan.argv[:2] == ("docker", "run") and plan.script_path == tmp_path / "s.sh"
+    text = plan.describe()
+    assert text.startswith("#!/usr/bin/env bash") and "--tensor-parallel-size 4" in text
+    assert text.endswith("vLLM parses it: tensor_parallel_size 4 kv_cache_dtype auto")
