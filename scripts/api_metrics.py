@@ -15,9 +15,12 @@ Reads the source only (``ast``; nothing is imported or run):
   it has one), and who uses each from outside its package: a notebook, the package's other
   users (other packages, the command line: ``register_<command>_cli`` of each package in
   ``harness._cli.COMMANDS``, which it reaches by name), the docs (``README.md`` and
-  ``docs/*.md`` naming ``cookbook.<package>.<name>``), or only tests, benchmarks and scripts.
-  Code in a string (a script a test or a module runs in a subprocess) counts as its file's.
-  An export that nothing outside its package uses is one to stop exporting.
+  ``docs/*.md`` naming ``cookbook.<package>.<name>``), the benchmarks and scripts
+  (``benchmarks/*.py``, ``scripts/*.py``: programs a user runs, so what they call stays
+  exported), or only tests (``tests/``: a helper only tests use stays private, reached in the
+  tests through its module). Code in a string (a script a test or a module runs in a
+  subprocess) counts as its file's. An export that nothing outside its package uses is one to
+  stop exporting.
 * **collisions**: one exported name bound to different objects in different packages.
 * ``--train-resolutions DIR`` (runs code): one ``cookbook train --max-steps 2 --out DIR`` in this
   process, counting how often it builds a ``TrainConfig`` (construction and validation, each
@@ -320,10 +323,11 @@ def api_metrics(repo: Path = REPO) -> dict:
         package_uses[user].update(uses)
     package_uses["command line"].update(_command_line_uses(repo, pset))
     doc_uses = _doc_uses(repo, pset)
-    tool_uses: Counter = Counter()
-    for folder in ("tests", "benchmarks", "scripts"):
+    test_uses: Counter = Counter()  # tests/: what stays private, reached through its module
+    program_uses: Counter = Counter()  # benchmarks/ and scripts/: user-facing programs' calls
+    for folder, into in (("tests", test_uses), ("benchmarks", program_uses), ("scripts", program_uses)):
         for uses in _uses_in(sorted((repo / folder).rglob("*.py")), pset).values():
-            tool_uses.update(uses)
+            into.update(uses)
     rows = []
     for pkg, names in table.items():
         for name in names:
@@ -335,7 +339,9 @@ def api_metrics(repo: Path = REPO) -> dict:
                 who = "package"
             elif key in doc_uses:
                 who = "docs"
-            elif key in tool_uses:
+            elif key in program_uses:
+                who = "benchmarks/scripts"
+            elif key in test_uses:
                 who = "tests only"
             else:
                 who = "nothing"
@@ -420,7 +426,8 @@ def summary(m: dict) -> str:
     out.append(
         f"exported names: {e['total']} (used by a notebook {e.get('notebook', 0)}, by another package or the "
         f"command line only {e.get('package', 0)}, named in README/docs only {e.get('docs', 0)}, "
-        f"by tests/benchmarks/scripts only {e.get('tests only', 0)}, "
+        f"by tests/benchmarks/scripts only {e.get('tests only', 0) + e.get('benchmarks/scripts', 0)} "
+        f"(benchmarks/scripts {e.get('benchmarks/scripts', 0)}, tests only {e.get('tests only', 0)}), "
         f"by nothing outside their package {e.get('nothing', 0)})"
     )
     c = m["collisions"]

@@ -1,26 +1,20 @@
 """Stage 09: what training and serving cost on TPU against the GPU baseline."""
 
-# Prices live in the hardware table (cookbook.core); re-exported for notebook 09.
-from cookbook.core import (  # noqa: E402, F401, I001
-    PLATFORMS,
-    PRICES,
-    PRICING_KINDS,
-    UnknownPriceError,
-    get_price,
-    parse_price_overrides,
-)
-from cookbook.cost._cost import (  # noqa: F401
-    PAPER_GPU,
-    PAPER_TPU,
-    break_even_hours,
-    comparison_table,
-    cost_curve,
-    format_table,
-    plot_cost_curve,
-    predict_training,
-    total_cost_usd,
-)
+# Prices and platforms live in the hardware table: cookbook.core (core.PRICES, core.get_price).
+from cookbook.cost._cli import register_cli as register_cost_cli
+from cookbook.cost._compare import gpu_what_if, paper_comparison, predicted_row, resolve_prices
+from cookbook.cost._cost import cost_curve, format_table, plot_cost_curve
 
-# Notebook 09's steps, each a typed result
-from cookbook.cost._compare import gpu_what_if, paper_comparison, predicted_row, resolve_prices  # noqa: E402, F401, I001
-from cookbook.cost._cli import register_cli as register_cost_cli  # noqa: E402, F401, I001
+__all__ = [
+    # notebook 09's steps, each a typed result
+    "resolve_prices",
+    "paper_comparison",
+    "predicted_row",
+    "gpu_what_if",
+    # the cost over serving time, its plot and the report's table
+    "cost_curve",
+    "plot_cost_curve",
+    "format_table",
+    # the command line (cookbook cost)
+    "register_cost_cli",
+]

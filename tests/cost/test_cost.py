@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from cookbook import cost, fit, harness
+from cookbook import core, cost, fit, harness
+from cookbook.cost import _cost
 
 
 def test_paper_table_reproduced_exactly_from_its_inputs():
-    t = cost.comparison_table(serving_hours=(1, 8, 24))
+    t = _cost.comparison_table(serving_hours=(1, 8, 24))
     # The paper's printed figures, to the digits it printed them.
     assert round(t["tpu"]["train_usd"], 2) == 56.11
     assert round(t["gpu"]["train_usd"], 2) == 119.23
@@ -26,7 +27,7 @@ def test_paper_table_reproduced_exactly_from_its_inputs():
 
 def test_paper_token_totals_agree_with_its_throughput():
     # 9.2M / 9.4M training tokens (implied by the per-million figures) against tokens/s x hours.
-    for side in (cost.PAPER_TPU, cost.PAPER_GPU):
+    for side in (_cost.PAPER_TPU, _cost.PAPER_GPU):
         from_speed = side.train_tokens_per_s * side.train_hours * 3600 / 1e6
         assert abs(from_speed / side.train_tokens_millions - 1) < 0.005
 
@@ -45,21 +46,21 @@ def test_curve_matches_points_and_never_breaks_even_at_paper_prices():
 
 def test_break_even_when_gpu_serves_faster():
     # If the GPU served 10% more traffic per hour, it catches up after a finite time.
-    gpu = dataclasses.replace(cost.PAPER_GPU, serve_throughput_rel=1.10)
-    h = cost.break_even_hours(cost.PAPER_TPU, gpu)
+    gpu = dataclasses.replace(_cost.PAPER_GPU, serve_throughput_rel=1.10)
+    h = _cost.break_even_hours(_cost.PAPER_TPU, gpu)
     assert h is not None and h > 0
     # Equal at the break-even point, to float64 rounding of the costs themselves (a few ulps of
     # some hundreds of dollars; 1e-12 relative is ~4,500 ulps, far under any real difference).
-    tpu_at, gpu_at = float(cost.total_cost_usd(cost.PAPER_TPU, h)), float(cost.total_cost_usd(gpu, h))
+    tpu_at, gpu_at = float(_cost.total_cost_usd(_cost.PAPER_TPU, h)), float(_cost.total_cost_usd(gpu, h))
     assert tpu_at == pytest.approx(gpu_at, rel=1e-12, abs=0)
-    assert float(cost.total_cost_usd(cost.PAPER_TPU, h + 10)) > float(cost.total_cost_usd(gpu, h + 10))
+    assert float(_cost.total_cost_usd(_cost.PAPER_TPU, h + 10)) > float(_cost.total_cost_usd(gpu, h + 10))
 
 
 def test_prices_are_sourced_or_unknown_and_overridable():
-    for p in cost.PRICES:
+    for p in core.PRICES:
         assert p.source and p.as_of
-        assert p.platform in cost.PLATFORMS and p.pricing in cost.PRICING_KINDS
-    known = {(p.platform, p.pricing): p.usd_per_hour for p in cost.PRICES if p.known}
+        assert p.platform in core.PLATFORMS and p.pricing in core.PRICING_KINDS
+    known = {(p.platform, p.pricing): p.usd_per_hour for p in core.PRICES if p.known}
     # The paper's three machines at the paper's prices; every other TPU slice on demand at the list
     # price per chip-hour (tests/core/test_hardware.py); nothing else is known.
     assert {k: v for k, v in known.items() if not k[0].startswith("tpu-") or k[0] in ("tpu-v5p-8", "tpu-v6e-8")} == {
@@ -69,15 +70,15 @@ def test_prices_are_sourced_or_unknown_and_overridable():
     }
     assert known[("tpu-v6e-4", "on_demand")] == pytest.approx(4 * 2.70)
     assert all(pricing == "on_demand" for _, pricing in known)
-    with pytest.raises(cost.UnknownPriceError, match="--price tpu-v5p-8:spot="):
-        cost.get_price("tpu-v5p-8", "spot")
-    ov = cost.parse_price_overrides(["tpu-v5p-8:spot=5.0", "gpu-2xh100=20"])
-    assert cost.get_price("tpu-v5p-8", "spot", ov).usd_per_hour == 5.0
-    assert cost.get_price("gpu-2xh100", "on_demand", ov).source == "given by the user"
-    t = cost.comparison_table(overrides=ov)
+    with pytest.raises(core.UnknownPriceError, match="--price tpu-v5p-8:spot="):
+        core.get_price("tpu-v5p-8", "spot")
+    ov = core.parse_price_overrides(["tpu-v5p-8:spot=5.0", "gpu-2xh100=20"])
+    assert core.get_price("tpu-v5p-8", "spot", ov).usd_per_hour == 5.0
+    assert core.get_price("gpu-2xh100", "on_demand", ov).source == "given by the user"
+    t = _cost.comparison_table(overrides=ov)
     assert t["gpu"]["train_usd"] == pytest.approx(5.39 * 20)
     with pytest.raises(ValueError, match="PLATFORM"):
-        cost.parse_price_overrides(["v5p=3"])
+        core.parse_price_overrides(["v5p=3"])
 
 
 def test_predicted_row_from_plan_figures(tmp_path):
@@ -143,7 +144,7 @@ def test_predicted_row_from_plan_figures(tmp_path):
     plan = fit.load_plan_figures(plan_json, prefer={"remat": "decoder", "flash": True})
     assert plan.tflop_per_chip_per_step == pytest.approx(228.5 + kernels) and "flash_attention True" in plan.source
     assert plan.platform == "tpu-v5p-8" and plan.tokens_per_step == 4096
-    row = cost.predict_training(plan, mfu=0.4)  # no compiler estimate in these records: the MFU row
+    row = _cost.predict_training(plan, mfu=0.4)  # no compiler estimate in these records: the MFU row
     step_s = (228.5 + kernels) / (459 * 0.4)
     assert row["tokens_per_s"] == pytest.approx(4096 / step_s)
     assert row["train_hours"] == pytest.approx(9.2e6 / row["tokens_per_s"] / 3600)
@@ -152,13 +153,13 @@ def test_predicted_row_from_plan_figures(tmp_path):
     assert any("MFU 40%" in a for a in row["assumptions"])
     # The paper's 763 tokens/s corresponds to a low MFU on this step.
     assert 0.05 < row["paper_implied_mfu"] < 0.15
-    half = cost.predict_training(plan, mfu=0.4, real_token_fraction=0.5)
+    half = _cost.predict_training(plan, mfu=0.4, real_token_fraction=0.5)
     assert half["train_hours"] == pytest.approx(2 * row["train_hours"])
 
 
 def test_predicted_row_without_plan_says_so(tmp_path):
     assert fit.load_plan_figures(tmp_path / "missing.json") is None
-    row = cost.predict_training(None)
+    row = _cost.predict_training(None)
     assert row["tokens_per_s"] == 763.0
     assert "not a prediction" in row["assumptions"][0]
 
@@ -180,16 +181,14 @@ def test_cli_writes_table_json_and_plot(tmp_path, capsys):
 
 
 def test_the_default_predicted_row_is_the_compilers_estimate_of_the_recommended_layout():
-    from cookbook import core
-
     plan = fit.load_plan_figures()  # the committed layout search, v5p-8's recommendation
     rec = fit.load_plan_results("gemma4_31b")["recommended"]["v5p-8"]
-    row = cost.predict_training(plan)
+    row = _cost.predict_training(plan)
     assert row["estimate"] == "compiler" and row["label"] == "the TPU compiler's estimate, until run on a TPU"
     assert row["tokens_per_s"] == pytest.approx(rec["estimated_tokens_per_s"])
     assert any("the TPU compiler's estimate" in a for a in row["assumptions"])
     # The assumed-MFU row of the same plan counts the splash kernels' FLOPs too.
-    by_mfu = cost.predict_training(plan, estimate="mfu", mfu=0.4)
+    by_mfu = _cost.predict_training(plan, estimate="mfu", mfu=0.4)
     peak = core.PLATFORMS["tpu-v5p-8"].peak_bf16_tflops_per_chip
     assert by_mfu["tokens_per_s"] == pytest.approx(plan.tokens_per_step * peak * 0.4 / plan.tflop_per_chip_per_step)
     assert plan.tflop_per_chip_per_step == pytest.approx(

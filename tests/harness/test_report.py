@@ -11,6 +11,7 @@ import json
 import pytest
 
 from cookbook import cost, harness
+from cookbook.cost import _cost
 
 
 def _write(run, name, values, executed=True):
@@ -71,9 +72,9 @@ def run(tmp_path):
         run,
         "09_cost_comparison",
         {
-            "paper_table": cost.comparison_table(),
+            "paper_table": _cost.comparison_table(),
             "cost_curve": curve.to_dict(),
-            "predicted": cost.predict_training(None),
+            "predicted": _cost.predict_training(None),
             "break_even_hours": None,
         },
     )

@@ -189,15 +189,15 @@ def test_mesh_parameters_of_0_come_from_the_devices_present():
 
 
 def test_slice_table_prices_are_the_price_tables():
-    from cookbook import core, cost
+    from cookbook import core
 
     rows = {r["slice"]: r for r in M.slice_table()}
     assert set(rows) == set(core.SLICES)
     for name, row in rows.items():
         platform = core.platform_of_slice(name)
-        price = next(p for p in cost.PRICES if p.platform == platform and p.pricing == "on_demand")
+        price = next(p for p in core.PRICES if p.platform == platform and p.pricing == "on_demand")
         assert row["$/h"] == price.usd_per_hour, name  # None where the table has no source
         assert row["slice HBM GB"] == pytest.approx(
             core.SLICES[name].num_chips * core.SLICES[name].chip.hbm_bytes / 1e9
         )
-    assert rows["v5p-8"]["$/h"] == cost.get_price("tpu-v5p-8").usd_per_hour == 16.80
+    assert rows["v5p-8"]["$/h"] == core.get_price("tpu-v5p-8").usd_per_hour == 16.80
