@@ -67,9 +67,11 @@ def find_step_dir(path: str | Path, step: int | None = None) -> Path:
 
 
 def _lookup(meta: dict, *names: str) -> Any:
-    """First of ``names`` at the top level, in a ``lora``/``lora_config`` section, or in a
-    nested ``recipe`` (``cookbook train`` stores ``{"recipe": {...}}`` with its checkpoints)."""
-    for section in (meta, meta.get("lora"), meta.get("lora_config")):
+    """First of ``names`` at the top level, in a ``lora``/``lora_config`` section, in the
+    ``train`` config (``recipe.json``'s, and its ``lora``), or in a nested ``recipe`` (``cookbook
+    train`` stores ``{"recipe": {...}}`` with its checkpoints)."""
+    train = meta.get("train") if isinstance(meta.get("train"), dict) else {}
+    for section in (meta, meta.get("lora"), meta.get("lora_config"), train, train.get("lora")):
         if isinstance(section, dict):
             for n in names:
                 if section.get(n) is not None:

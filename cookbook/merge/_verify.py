@@ -61,14 +61,16 @@ def make_random_lora_run(
     nnx.update(model, state)
     # The keys `cookbook train` writes (RUN_DIR/recipe.json and the checkpoints' metadata).
     recipe = {
-        "model_preset": p.name,
         "base_dir": str(Path(base_dir).resolve()),
         "base_fingerprint": models.fingerprint(base_dir),
-        "lora": {
-            "rank": rank,
-            "alpha": alpha,
-            "dropout": 0.0,
-            "targets": targets if isinstance(targets, str) else list(targets),
+        "train": {
+            "model_preset": p.name,
+            "lora": {
+                "rank": rank,
+                "alpha": alpha,
+                "dropout": 0.0,
+                "targets": targets if isinstance(targets, str) else list(targets),
+            },
         },
     }
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,11 +13,11 @@ from cookbook.train._config import (  # noqa: F401
 )
 from cookbook.train._evaluate import evaluate, qlora_twin  # noqa: F401
 from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: E402, F401, I001
+from cookbook.train._run import Run, TrainedRun, cache_key, prepare, recipe  # noqa: F401
 from cookbook.train._runs import (  # noqa: F401
     CHECKPOINT_DIRS,
     base_and_lora_model,
     build_lora_model,
-    cache_key,
     check_run_base,
     checkpoint_steps,
     config_of_run,
@@ -27,7 +27,6 @@ from cookbook.train._runs import (  # noqa: F401
     lora_arrays,
     plot_loss,
     read_metrics,
-    recipe,
     resolve_base_dir,
     restore_lora_model,
     result_determinants,

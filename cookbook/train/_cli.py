@@ -22,7 +22,8 @@ from cookbook.train._config import (
 )
 from cookbook.train._evaluate import evaluate
 from cookbook.train._pod import pod_commands
-from cookbook.train._runs import eval_rows, resolve_base_dir, restore_lora_model
+from cookbook.train._run import prepare
+from cookbook.train._runs import restore_lora_model
 from cookbook.train._trainer import NonFiniteLossError, train
 
 
@@ -224,7 +225,8 @@ def _cli(args) -> int:
         )
     if not args.out:
         raise ValueError("--out RUN_DIR is required to train (or pass --show-config to only print the config)")
-    result = train(config, args.out)
+    run = prepare(config)  # the preset, base, fingerprint and rows, resolved once
+    result = train(run, args.out)
     import jax
 
     if jax.process_count() > 1:
@@ -234,7 +236,7 @@ def _cli(args) -> int:
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(result).items()}))
     if args.eval_accuracy:
         model = restore_lora_model(args.out)
-        rows = eval_rows(config)[: args.eval_accuracy]
-        res = evaluate(model, data_lib.load_tokenizer(base_dir=resolve_base_dir(config)), rows)
+        rows = run.eval_rows[: args.eval_accuracy]
+        res = evaluate(model, data_lib.load_tokenizer(base_dir=run.base_dir), rows)
         print(f"exact match on {res['n']} held-out rows: {res['accuracy']:.1%}")
     return 0

@@ -2,8 +2,8 @@
 
 Run directory (a contract with ``cookbook.merge``)::
 
-    RUN_DIR/recipe.json            preset, base checkpoint (path and content fingerprint),
-                                   LoRA, train + data config, seed
+    RUN_DIR/recipe.json            base checkpoint (path and content fingerprint) and the
+                                   TrainConfig (``train``: preset, LoRA, data, seed, ...)
     RUN_DIR/checkpoints/<step>/    Tunix CheckpointManager (Orbax): items ``model_params``
                                    (nnx.state(model, nnx.LoRAParam)) and ``optimizer_state``;
                                    the recipe again in ``_CHECKPOINT_METADATA``'s
@@ -15,7 +15,6 @@ Run directory (a contract with ``cookbook.merge``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -103,22 +102,6 @@ def base_and_lora_model(config: TrainConfig, base_dir: str | Path | None, mesh) 
     return base, model
 
 
-def recipe(config: TrainConfig, base_dir: str | Path) -> dict[str, Any]:
-    """What ``RUN_DIR/recipe.json`` holds: enough to rebuild the model and merge it."""
-
-    c = config.to_dict()
-    return {
-        "recipe_version": RECIPE_VERSION,
-        "model_preset": config.model_preset,
-        "base_dir": str(Path(base_dir).resolve()),
-        "base_fingerprint": models.fingerprint(base_dir),
-        "lora": c["lora"],
-        "data": c["data"],
-        "train": c,
-        "seed": config.seed,
-    }
-
-
 def load_recipe(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "recipe.json"
     if not path.is_file():
@@ -139,7 +122,10 @@ def check_run_base(run_dir: str | Path) -> Path:
     """The base checkpoint ``run_dir`` trained on, refused if the weights at its recorded path
     are no longer the ones it trained on (compared by content fingerprint; a run recorded before
     fingerprints is taken at its path, as before)."""
-    rec = load_recipe(run_dir)
+    return _checked_base(load_recipe(run_dir), run_dir)
+
+
+def _checked_base(rec: dict[str, Any], run_dir: str | Path) -> Path:
     base_dir = Path(rec["base_dir"])
     models.check_same_base(
         base_dir,
@@ -152,7 +138,11 @@ def check_run_base(run_dir: str | Path) -> Path:
 
 
 def config_of_run(run_dir: str | Path) -> TrainConfig:
-    rec = load_recipe(run_dir)
+    """The :class:`TrainConfig` ``run_dir`` trained (``recipe.json``), with its base's path."""
+    return _config_of_recipe(load_recipe(run_dir))
+
+
+def _config_of_recipe(rec: dict[str, Any]) -> TrainConfig:
     return TrainConfig.from_dict(rec["train"]).replace(base_dir=rec["base_dir"])
 
 
@@ -244,33 +234,6 @@ def result_determinants() -> dict[str, Any]:
     }
 
 
-def cache_key(config: TrainConfig) -> str:
-    """Hash of everything that determines the trained weights.
-
-    The config (with the base path left out), the base checkpoint's content
-    (:func:`cookbook.models.fingerprint`: the same bytes at another path reuse the run), the
-    recipe version, :func:`result_determinants`, and for a QLoRA recipe the quantized step
-    (:data:`cookbook.lora.QLORA_STEP`: a run trained before the step changed is not reused; bf16
-    runs keep their keys), and for the thinking sample task the wording of its thoughts
-    (:data:`cookbook.data.THOUGHT_TEMPLATE`).
-    """
-
-    cfg = config.to_dict()
-    cfg.pop("base_dir")
-    parts = {
-        "v": RECIPE_VERSION,
-        "config": cfg,
-        "base": models.fingerprint(resolve_base_dir(config)),
-        "runtime": result_determinants(),
-    }
-    if config.quantize:
-        parts["qlora_step"] = lora_lib.QLORA_STEP
-    if config.sample_task == "thinking":  # the rows' thoughts: a new wording trains a new run
-        parts["thought"] = data_lib.THOUGHT_TEMPLATE
-    blob = json.dumps(parts, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: Any = "auto", dense_base: bool = False):
     """The base model with the run's LoRA weights from checkpoint ``step`` (default latest).
 
@@ -281,8 +244,9 @@ def restore_lora_model(run_dir: str | Path, *, step: int | None = None, mesh: An
 
     # For evaluation, sampling and merging: LoRA dropout off (Qwix applies it on every call,
     # so a recipe with dropout, such as 31B's, would otherwise score a noisy model).
-    check_run_base(run_dir)
-    config = config_of_run(run_dir).replace(lora={"dropout": 0.0})
+    rec = load_recipe(run_dir)  # read once: the base is checked and the config rebuilt from it
+    _checked_base(rec, run_dir)
+    config = _config_of_recipe(rec).replace(lora={"dropout": 0.0})
     if dense_base:
         config = config.replace(quantize=None)
     model = build_lora_model(config, config.base_dir, mesh)

@@ -30,18 +30,8 @@ from cookbook import core, models
 from cookbook import data as data_lib
 from cookbook import mesh as mesh_lib
 from cookbook.train._config import TrainConfig, make_optimizer
-from cookbook.train._runs import (
-    _DONE,
-    build_lora_model,
-    cache_key,
-    checkpoint_steps,
-    config_mesh,
-    eval_rows,
-    read_metrics,
-    recipe,
-    resolve_base_dir,
-    train_rows,
-)
+from cookbook.train._run import Run, TrainedRun, prepare
+from cookbook.train._runs import _DONE, build_lora_model, checkpoint_steps, read_metrics
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -285,8 +275,9 @@ def _commit_optimizer_state(trainer) -> None:
         nnx.update(trainer.optimizer, core.commit_arrays(nnx.state(trainer.optimizer), sharding))
 
 
-def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) -> TrainResult:
-    """Train (or resume) ``config`` into ``run_dir``; returns a summary.
+def train(config: TrainConfig | Run, run_dir: str | Path, *, progress: bool = True) -> TrainResult:
+    """Train (or resume) ``config`` (or the :class:`Run` :func:`prepare` resolved from it) into
+    ``run_dir``; returns a summary.
 
     Rerunning with the same ``run_dir`` resumes from its latest checkpoint; a different
     config in an existing run directory is refused.
@@ -299,12 +290,15 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
 
     import jax
 
+    run = config if isinstance(config, Run) else None
+    config = run.config if run is not None else config
     if config.flash_attention and jax.default_backend() != "tpu":
         raise ValueError(
             f"flash_attention=True (splash attention) runs on TPU only; this process runs on "
             f"{jax.default_backend()}. Set flash_attention=False (--no-flash) here."
         )
-    base_dir = resolve_base_dir(config)  # before the trainer's imports: a missing base is said at once
+    run = run or prepare(config)  # before the trainer's imports: a missing base is said at once
+    base_dir = run.base_dir
     import orbax.checkpoint as ocp
     from tunix.sft import metrics_logger, peft_trainer
 
@@ -316,8 +310,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
         )
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    rec = recipe(config, base_dir)
-    mesh = config_mesh(config)
+    rec = run.recipe
+    mesh = run.mesh
     _check_multiprocess(config, mesh)
     # Every process must run the same recipe (the base by content: paths may differ per host).
     mesh_lib.check_same_everywhere(json.dumps({**rec, "base_dir": None}, sort_keys=True), "training config")
@@ -325,9 +319,9 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     # Tokenise and validate the data before the model is loaded. The tokenizer is named by its
     # directory: it is loaded only if the rows are not in the tokenised rows' cache.
     tokenizer = base_dir
-    host_iter, report = data_lib.make_train_iter(train_rows(config), tokenizer, config.data, report=True)
+    host_iter, report = data_lib.make_train_iter(run.train_rows, tokenizer, config.data, report=True)
     eval_cfg = dataclasses.replace(config.data, shuffle=False, prefetch=0)
-    eval_it = data_lib.make_train_iter(eval_rows(config), tokenizer, eval_cfg, num_epochs=1)
+    eval_it = data_lib.make_train_iter(run.eval_rows, tokenizer, eval_cfg, num_epochs=1)
     eval_batches = list(itertools.islice(eval_it, config.eval_batches))
     model = build_lora_model(config, base_dir, mesh)
     if mesh is not None:
@@ -416,9 +410,15 @@ def train(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) ->
     return result
 
 
-def ensure_trained(config: TrainConfig, *, progress: bool = True) -> Path:
-    """A finished run of ``config``: from the cache, or trained (resuming a partial one) now."""
-    run_dir = core.cache_root() / "runs" / f"{config.model_preset}-{cache_key(config)}"
+def ensure_trained(config: TrainConfig | Run, *, progress: bool = True) -> TrainedRun:
+    """A finished run of ``config``: from the cache, or trained (resuming a partial one) now.
+
+    Returns a :class:`TrainedRun`, a path-like of the run directory with the config it trained
+    and its summary."""
+    run = config if isinstance(config, Run) else prepare(config)
     # One trainer per run directory: a second caller (another notebook or test process)
     # waits, then finds the run finished.
-    return core.fill_once(run_dir, lambda d: (d / _DONE).is_file(), lambda: train(config, run_dir, progress=progress))
+    path = core.fill_once(
+        run.cache_dir, lambda d: (d / _DONE).is_file(), lambda: train(run, run.cache_dir, progress=progress)
+    )
+    return TrainedRun.finished(run, path)

@@ -213,8 +213,10 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     assert result.final_step == 6 and result.resumed_from == 0
     # Layout promised to cookbook.merge.
     rec = json.loads((run / "recipe.json").read_text())
-    assert rec["model_preset"] == "tiny" and Path(rec["base_dir"]) == tiny_base.resolve()
-    assert rec["lora"]["rank"] == c.lora.rank and rec["train"]["grad_accum_steps"] == 2
+    assert set(rec) == {"recipe_version", "base_dir", "base_fingerprint", "train"}  # each field once
+    assert rec["train"]["model_preset"] == "tiny" and Path(rec["base_dir"]) == tiny_base.resolve()
+    assert rec["train"]["lora"]["rank"] == c.lora.rank and rec["train"]["grad_accum_steps"] == 2
+    assert train.TrainConfig.from_dict(rec["train"]) == c
     steps = train.checkpoint_steps(run)
     assert {3, 6} <= set(steps)
     ckpt = run / "checkpoints" / "6"
