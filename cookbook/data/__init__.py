@@ -13,37 +13,27 @@ sample task is ``_sample_task``; notebook 05's sections, one call each with a ty
 (padding or packing, sharded batches and resume, the host's headroom).
 """
 
-from cookbook.data._batching import (  # noqa: F401
+from cookbook.data._batching import (
     host_headroom,
     packing_efficiency,
     plot_batch_layout,
     resume_replays,
     sharded_batch,
 )
-from cookbook.data._cli import format_view, inspect, marked, marked_tokens, plot_lengths  # noqa: F401
-from cookbook.data._cli import register_cli as register_data_cli  # noqa: F401
-from cookbook.data._config import BATCH_FIELDS, DataConfig  # noqa: F401
-from cookbook.data._examples import format_example_checks, format_examples, long_thought_rows  # noqa: F401
-from cookbook.data._formats import FORMATS, parse_columns  # noqa: F401
-from cookbook.data._pipeline import (  # noqa: F401
-    check_process_split,
-    iter_batches,
+from cookbook.data._cli import marked_tokens, plot_lengths
+from cookbook.data._cli import register_cli as register_data_cli
+from cookbook.data._config import DataConfig
+from cookbook.data._examples import long_thought_rows
+from cookbook.data._formats import FORMATS
+from cookbook.data._pipeline import (
     make_train_iter,
     measure_throughput,
     model_inputs,
-    real_token_fraction,
     segment_attention_mask,
     shard_batch,
 )
-from cookbook.data._rows import (  # noqa: F401
-    DataError,
-    RowError,
-    read_rows,
-    to_conversation,
-)
-from cookbook.data._sample_task import (  # noqa: F401
-    OPERATION_NOUNS,
-    OPERATIONS,
+from cookbook.data._rows import DataError, read_rows
+from cookbook.data._sample_task import (
     THOUGHT_TEMPLATE,
     answer_budget,
     answer_of,
@@ -51,16 +41,13 @@ from cookbook.data._sample_task import (  # noqa: F401
     exact_match,
     exact_match_rate,
     generate_rows,
-    make_row,
-    module_names,
     prompt_of,
     show_completions,
     thought_budget,
     thought_of,
     write_jsonl,
-    write_messy_jsonl,
 )
-from cookbook.data._sections import (  # noqa: F401
+from cookbook.data._sections import (
     check_messy_rows,
     compare_sources,
     compare_too_long_policies,
@@ -68,17 +55,69 @@ from cookbook.data._sections import (  # noqa: F401
     inspect_formats,
     sample_task,
 )
-from cookbook.data._tokenize import (  # noqa: F401
-    Example,
+from cookbook.data._tokenize import (
     as_served,
     load_tokenizer,
     lost_content,
     prepare_examples,
     prompt_ids,
     prompt_text,
-    render,
     split_turns,
     template_revision,
     tokenize_chat,
-    trained_spans,
 )
+
+__all__ = [
+    # the config
+    "DataConfig",
+    # notebook 05's steps, each a typed result
+    "sample_task",
+    "describe_loss_mask",
+    "compare_sources",
+    "check_messy_rows",
+    "inspect_formats",
+    "compare_too_long_policies",
+    "packing_efficiency",
+    "sharded_batch",
+    "resume_replays",
+    "host_headroom",
+    "plot_batch_layout",
+    "plot_lengths",
+    "long_thought_rows",
+    # reading rows in any common layout
+    "FORMATS",
+    "read_rows",
+    "DataError",
+    # the chat template: tokens with answer-only loss masks, prompts as served
+    "load_tokenizer",
+    "tokenize_chat",
+    "prepare_examples",
+    "prompt_ids",
+    "prompt_text",
+    "as_served",
+    "lost_content",
+    "split_turns",
+    "template_revision",
+    "marked_tokens",
+    # batches: sharded global arrays, Tunix's loss inputs, throughput
+    "make_train_iter",
+    "shard_batch",
+    "model_inputs",
+    "segment_attention_mask",
+    "measure_throughput",
+    # the built-in Verilog sample task and its scoring
+    "THOUGHT_TEMPLATE",
+    "generate_rows",
+    "write_jsonl",
+    "prompt_of",
+    "answer_of",
+    "thought_of",
+    "answer_budget",
+    "thought_budget",
+    "clean_completion",
+    "exact_match",
+    "exact_match_rate",
+    "show_completions",
+    # the command line (cookbook data)
+    "register_data_cli",
+]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cookbook import data
-from cookbook.data import _batching
+from cookbook.data import _batching, _pipeline
 
 pytestmark = pytest.mark.jax_only
 
@@ -54,7 +54,7 @@ def test_sharded_batch_is_split_along_fsdp_and_resume_replays(examples):
     tokens = got.batch["input_tokens"]
     assert tokens.shape == (8, 256) and isinstance(tokens, jax.Array)
     assert {s.data.shape for s in tokens.addressable_shards} == {(2, 256)}  # 8 rows over fsdp=4
-    first = next(iter(data.iter_batches(examples, config)))
+    first = next(iter(_pipeline.iter_batches(examples, config)))
     assert np.array_equal(np.asarray(tokens), first["input_tokens"])  # the pipeline's first batch
     assert "rows held per device: [(2, 256)]" in got.describe()
     assert data.resume_replays(examples, config, mesh=got.mesh, at=3, steps=6)

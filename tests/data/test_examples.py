@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from cookbook import data
+from cookbook.data import _cli, _examples
 
 pytestmark = pytest.mark.jax_only
 
@@ -20,12 +21,12 @@ def test_long_thought_rows_are_seeded_and_have_a_long_tail():
 
 def test_format_examples_render_with_the_thought_and_tool_call_trained(tiny_base, tmp_path):
     tokenizer = data.load_tokenizer(base_dir=tiny_base)
-    path = data.write_jsonl(data.format_examples(), tmp_path / "formats.jsonl")
-    view = data.inspect(path, tokenizer, data.DataConfig(seq_len=256, max_bad_fraction=1.0), show=3)
-    assert data.format_example_checks(view) == {
+    path = data.write_jsonl(_examples.format_examples(), tmp_path / "formats.jsonl")
+    view = _cli.inspect(path, tokenizer, data.DataConfig(seq_len=256, max_bad_fraction=1.0), show=3)
+    assert _examples.format_example_checks(view) == {
         "thought_trained": True,
         "tool_call_trained": True,
         "tool_response_untrained": True,
     }
-    text = data.format_view(view)
+    text = _cli.format_view(view)
     assert text.startswith(view["summary"]) and text.count("\n--- row ") == 3 and "[[" in text

@@ -9,6 +9,7 @@ import pytest
 
 from cookbook import data
 from cookbook.data import _examples as data_examples
+from cookbook.data import _formats, _rows
 
 pytestmark = pytest.mark.jax_only
 
@@ -94,7 +95,7 @@ def test_multi_turn_thoughts_before_the_last_user_turn_are_refused_not_dropped(t
             {"role": "assistant", "content": "A2", "reasoning_content": "second"},
         ]
     }
-    with pytest.raises(data.RowError, match=r"message 1 \(assistant\) thought.*one row per assistant turn"):
+    with pytest.raises(_rows.RowError, match=r"message 1 \(assistant\) thought.*one row per assistant turn"):
         data.tokenize_chat(tok, row)
     first, second = data.split_turns(row)
     assert first["messages"][-1] == {"role": "assistant", "content": "A1", "reasoning_content": "first"}
@@ -123,7 +124,7 @@ def test_multi_turn_thoughts_before_the_last_user_turn_are_refused_not_dropped(t
         (
             "columns",
             {"sys": SYSTEM, "q": PROMPT, "a": f"<think>{THOUGHT}</think>{MODULE}"},
-            {"data_format": "columns", "columns": data.parse_columns("system=sys,prompt=q,response=a")},
+            {"data_format": "columns", "columns": _formats.parse_columns("system=sys,prompt=q,response=a")},
         ),
         (
             "sharegpt",
@@ -273,7 +274,7 @@ def test_columns_and_formats_are_checked_before_any_row_is_read():
     with pytest.raises(ValueError, match="unknown part"):
         data.DataConfig(data_format="columns", columns="question=q,prompt=p,response=r")
     with pytest.raises(ValueError, match="no column for"):
-        data.parse_columns("prompt=q")
+        _formats.parse_columns("prompt=q")
     with pytest.raises(ValueError, match="needs a mapping"):
         data.DataConfig(data_format="columns")
     with pytest.raises(ValueError, match="is unknown; use one of"):
@@ -289,5 +290,5 @@ def test_a_prompt_without_an_answer_renders_as_the_row_it_comes_from(tok):
     plain = {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": MODULE}]}
     assert data.prompt_ids(tok, {"messages": plain["messages"][:1]}) == data.prompt_ids(tok, plain)
     assert data.prompt_text(tok, {"messages": plain["messages"][:1]}).endswith("<|turn>model\n")
-    with pytest.raises(data.RowError, match="unknown role"):  # still checked
+    with pytest.raises(_rows.RowError, match="unknown role"):  # still checked
         data.prompt_ids(tok, {"messages": [{"role": "robot", "content": "x"}]})

@@ -14,7 +14,7 @@ import pytest
 from chat_rows import ROWS
 
 from cookbook import data, models
-from cookbook.data import _tokenize
+from cookbook.data import _rows, _tokenize
 
 EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
 _OPENER = "{{- '<|turn>model\\n' -}}"
@@ -45,13 +45,13 @@ def tokenizers(tiny_base) -> dict:
 def test_the_big_template_differs_only_in_the_generation_prompt(tokenizers):
     small, big = tokenizers["E2B/E4B"], tokenizers["12B/26B/31B"]
     for kind in KEPT:
-        conv = data.to_conversation(ROWS[kind])
-        assert data.render(big, conv) == data.render(small, conv), kind
-    conv = data.to_conversation(ROWS["plain"])
+        conv = _rows.to_conversation(ROWS[kind])
+        assert _tokenize.render(big, conv) == _tokenize.render(small, conv), kind
+    conv = _rows.to_conversation(ROWS["plain"])
     prompt = conv.messages[:1]
-    assert data.render(big, conv, True, prompt) == data.render(small, conv, True, prompt) + EMPTY_THOUGHT
+    assert _tokenize.render(big, conv, True, prompt) == _tokenize.render(small, conv, True, prompt) + EMPTY_THOUGHT
     # ... so on it, a finished row does not go on where the served prompt ends: the skew handled here.
-    assert not data.render(big, conv).startswith(data.render(big, conv, True, prompt))
+    assert not _tokenize.render(big, conv).startswith(_tokenize.render(big, conv, True, prompt))
 
 
 @pytest.mark.parametrize("template", ["E2B/E4B", "12B/26B/31B"])
@@ -76,7 +76,7 @@ def test_a_rows_tokens_start_with_the_served_prompt_and_train_the_same_tokens(ki
 def test_a_template_whose_prompt_differs_otherwise_is_refused(tiny_base):
     tok = _tokenize._load_from_dir(tiny_base)
     tok.chat_template = _with_generation_prompt("{{- '<|turn>assistant\\n' -}}")
-    with pytest.raises(data.RowError, match="never served") as caught:
+    with pytest.raises(_rows.RowError, match="never served") as caught:
         data.tokenize_chat(tok, ROWS["plain"])
     assert data.template_revision(tok) in str(caught.value) and "CHAT_TEMPLATE_FILE" in str(caught.value)
 
@@ -106,8 +106,8 @@ def test_after_a_tool_response_with_thinking_on_the_row_is_trained_as_rendered(t
         ],
     }
     for tok in tokenizers.values():
-        conv = data.to_conversation(row)
-        text = data.render(tok, conv)
-        assert data.as_served(tok, conv, text) == (text, data.trained_spans(text))
+        conv = _rows.to_conversation(row)
+        text = _tokenize.render(tok, conv)
+        assert data.as_served(tok, conv, text) == (text, _tokenize.trained_spans(text))
         ids, mask = data.tokenize_chat(tok, row)
         assert "<|tool_call>call:get_weather" in tok.decode(ids[mask == 1])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from cookbook import data
+from cookbook.data import _config, _pipeline, _rows, _sample_task
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
                 {"role": "assistant", "content": "", "tool_calls": [{"id": "1", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
                 {"role": "tool", "tool_call_id": "1", "content": "18 C"}, {"role": "assistant", "content": "Mild."}]}]  # fmt: skip
     for row in rows:
-        conv = data.to_conversation(row)
+        conv = _rows.to_conversation(row)
         kwargs = conv.template_kwargs()
         prompt = [m for m in conv.messages][
             : max(i for i, m in enumerate(conv.messages) if m["role"] != "assistant") + 1
@@ -145,7 +146,7 @@ def test_jsonl_parquet_and_datasets_read_the_same(tmp_path, tok, rows):
 
 def _messy_file(tmp_path, good_rows):
     path = tmp_path / "messy.jsonl"
-    expected = data.write_messy_jsonl(path, good_rows)
+    expected = _sample_task.write_messy_jsonl(path, good_rows)
     return path, expected, len(path.read_bytes().splitlines())
 
 
@@ -195,7 +196,7 @@ def test_truncate_policy_keeps_long_rows_cut_to_seq_len(tok):
 def test_padded_batches(tok, rows):
     cfg = data.DataConfig(seq_len=64, batch_size=8, shuffle=False)
     batch = next(data.make_train_iter(rows, tok, cfg))
-    assert set(batch) == set(data.BATCH_FIELDS)
+    assert set(batch) == set(_config.BATCH_FIELDS)
     assert all(v.shape == (8, 64) and v.dtype == np.int32 for v in batch.values())
     ids, mask = data.tokenize_chat(tok, rows[0])
     n = len(ids)
@@ -223,13 +224,13 @@ def test_packed_batches_hold_whole_examples_with_restarting_positions(tok, rows)
             np.testing.assert_array_equal(mask, by_tokens[tuple(ids)])
             seen += 1
     assert seen == len(rows)  # one epoch, nothing lost, nothing doubled (unique rows)
-    assert data.real_token_fraction(batches) >= 0.95
+    assert _pipeline.real_token_fraction(batches) >= 0.95
 
 
 def test_packing_beats_padding_at_the_same_shape(examples):
     def frac(packing):
         cfg = data.DataConfig(seq_len=256, batch_size=4, packing=packing)
-        return data.real_token_fraction(data.iter_batches(examples, cfg, num_epochs=1))
+        return _pipeline.real_token_fraction(_pipeline.iter_batches(examples, cfg, num_epochs=1))
 
     padded, packed = frac(False), frac(True)
     assert packed >= 0.95 and padded < 0.3, (packed, padded)
@@ -304,21 +305,23 @@ def _tokens(it, n):
 @pytest.mark.parametrize("packing", [False, True])
 def test_order_is_deterministic_and_resumable(examples, packing):
     cfg = data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=7)
-    ref = _tokens(data.iter_batches(examples, cfg), 60)  # past one epoch (400 rows)
-    again = _tokens(data.iter_batches(examples, cfg), 60)
+    ref = _tokens(_pipeline.iter_batches(examples, cfg), 60)  # past one epoch (400 rows)
+    again = _tokens(_pipeline.iter_batches(examples, cfg), 60)
     for a, b in zip(ref, again, strict=True):
         np.testing.assert_array_equal(a, b)
-    other = _tokens(data.iter_batches(examples, data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=8)), 1)
+    other = _tokens(
+        _pipeline.iter_batches(examples, data.DataConfig(seq_len=128, batch_size=8, packing=packing, seed=8)), 1
+    )
     assert not np.array_equal(ref[0], other[0])
-    resumed = data.iter_batches(examples, cfg, start_step=48)
+    resumed = _pipeline.iter_batches(examples, cfg, start_step=48)
     assert resumed.step == 48
     for a, b in zip(ref[48:], _tokens(resumed, 12), strict=True):
         np.testing.assert_array_equal(a, b)
     # Grain's iterator state, saved part-way, restores the same stream.
-    it = data.iter_batches(examples, cfg)
+    it = _pipeline.iter_batches(examples, cfg)
     _tokens(it, 20)
     state = it.get_state()
-    fresh = data.iter_batches(examples, cfg)
+    fresh = _pipeline.iter_batches(examples, cfg)
     fresh.set_state(state)
     assert fresh.step == 20
     for a, b in zip(ref[20:30], _tokens(fresh, 10), strict=True):
@@ -327,7 +330,7 @@ def test_order_is_deterministic_and_resumable(examples, packing):
 
 def test_epochs_reshuffle(examples):
     cfg = data.DataConfig(seq_len=64, batch_size=8, seed=0)
-    batches = _tokens(data.iter_batches(examples, cfg, num_epochs=2), 100)
+    batches = _tokens(_pipeline.iter_batches(examples, cfg, num_epochs=2), 100)
     first, second = np.concatenate(batches[:50]), np.concatenate(batches[50:])
     assert not np.array_equal(first, second)
     assert sorted(map(tuple, first)) == sorted(map(tuple, second))
@@ -338,30 +341,31 @@ def test_batches_are_sharded_on_the_data_axis(examples, mesh_4x2):
     from jax.sharding import PartitionSpec
 
     cfg = data.DataConfig(seq_len=64, batch_size=8)
-    host = next(data.iter_batches(examples, cfg))
-    batch = next(data.iter_batches(examples, cfg, mesh=mesh_4x2))
+    host = next(_pipeline.iter_batches(examples, cfg))
+    batch = next(_pipeline.iter_batches(examples, cfg, mesh=mesh_4x2))
     for key, value in batch.items():
         assert value.shape == (8, 64)
         assert value.sharding.spec == PartitionSpec("fsdp")
         assert len(value.addressable_shards) == 8 and value.addressable_shards[0].data.shape == (2, 64)
         np.testing.assert_array_equal(np.asarray(value), host[key])
     with pytest.raises(ValueError, match="batch_size=6 does not divide over the mesh's 'fsdp' axis of size 4"):
-        data.iter_batches(examples, data.DataConfig(batch_size=6), mesh=mesh_4x2)
+        _pipeline.iter_batches(examples, data.DataConfig(batch_size=6), mesh=mesh_4x2)
 
 
 _MULTIHOST_WORKER = """
 import json, sys
 import numpy as np
 from cookbook import data, mesh
+from cookbook.data import _pipeline, _tokenize
 coordinator, pid, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 mesh.initialize_distributed(coordinator, 2, pid)
 import jax
 from jax.experimental import multihost_utils
-examples = [data.Example(np.asarray(t, np.int32), np.asarray(m, np.int32), n) for t, m, n in json.load(open(path))]
+examples = [_tokenize.Example(np.asarray(t, np.int32), np.asarray(m, np.int32), n) for t, m, n in json.load(open(path))]
 out = {}
 for split in ("rows", "records"):
     config = data.DataConfig(seq_len=64, batch_size=8, seed=0, process_split=split)
-    it = data.iter_batches(examples, config, mesh=mesh.make_mesh(4, 2))
+    it = _pipeline.iter_batches(examples, config, mesh=mesh.make_mesh(4, 2))
     out[split] = []
     for _ in range(2):
         batch = next(it)["input_tokens"]
@@ -413,7 +417,7 @@ def test_each_process_reads_its_own_rows(tmp_path, examples):
                 p.kill()
     all_rows = {tuple(np.pad(e.token_ids, (0, 64 - len(e.token_ids)))): e.row for e in examples[:64]}
     assert [r["count"] for r in results] == [2, 2]
-    one_process = data.iter_batches(examples[:64], data.DataConfig(seq_len=64, batch_size=8, seed=0))
+    one_process = _pipeline.iter_batches(examples[:64], data.DataConfig(seq_len=64, batch_size=8, seed=0))
     for step in range(2):
         a, b = (r["batches"]["rows"][step] for r in results)
         assert a["global"] == b["global"] == np.asarray(next(one_process)["input_tokens"]).tolist()

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from cookbook import data
+from cookbook.data import _sample_task
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -32,7 +33,7 @@ def test_default_sizes_and_distinct_rows():
 
 
 def test_eval_names_are_held_out_but_their_pieces_are_seen():
-    train_names, eval_names = set(data.module_names("train")), set(data.module_names("eval"))
+    train_names, eval_names = set(_sample_task.module_names("train")), set(_sample_task.module_names("eval"))
     assert len(eval_names) == 32 and len(train_names) == 256 - 32
     assert not train_names & eval_names
     for name in eval_names:
@@ -51,7 +52,7 @@ def test_answer_follows_prompt(split):
         assert got is not None, data.answer_of(row)
         assert got.group(1) == name
         assert int(got.group(2)) == int(got.group(3)) == int(width) - 1
-        assert got.group(4) == data.OPERATIONS[verb]
+        assert got.group(4) == _sample_task.OPERATIONS[verb]
 
 
 def test_exact_match_ignores_end_markers_only():
@@ -74,7 +75,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="split='test'"):
         data.generate_rows("test")
     with pytest.raises(ValueError, match="unknown operation"):
-        data.make_row("x_y", "divides", 8)
+        _sample_task.make_row("x_y", "divides", 8)
 
 
 def test_thinking_rows_are_the_plain_rows_with_a_thought_from_their_own_spec():
@@ -88,8 +89,8 @@ def test_thinking_rows_are_the_plain_rows_with_a_thought_from_their_own_spec():
         name, verb, width = PROMPT_RE.fullmatch(data.prompt_of(row)).groups()
         thought = data.thought_of(row)
         assert (
-            thought == f"{name}: {width}-bit {data.OPERATION_NOUNS[verb]}, so [{int(width) - 1}:0] "
-            f"and y = a {data.OPERATIONS[verb]} b."
+            thought == f"{name}: {width}-bit {_sample_task.OPERATION_NOUNS[verb]}, so [{int(width) - 1}:0] "
+            f"and y = a {_sample_task.OPERATIONS[verb]} b."
         )
         assert "module" not in thought  # nothing the scorer could take for the answer
     assert thinking == data.generate_rows("eval", n=60, thinking=True)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from cookbook import data
+from cookbook.data import _cli, _sample_task
 
 pytestmark = pytest.mark.jax_only
 
@@ -24,8 +25,10 @@ def test_sample_task_writes_the_training_rows_and_holds_out_names(task):
     lines = task.train_path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == task.train_rows and len(lines) == 300
     assert task.train_rows == data.generate_rows("train", n=300, seed=1)
-    assert list(task.held_out_names) == sorted(set(data.module_names("eval"))) and len(task.held_out_names) == 32
-    train_names = set(data.module_names("train"))
+    assert (
+        list(task.held_out_names) == sorted(set(_sample_task.module_names("eval"))) and len(task.held_out_names) == 32
+    )
+    train_names = set(_sample_task.module_names("train"))
     assert not train_names & set(task.held_out_names)
     assert task.results() == {
         "num_train_rows": 300,
@@ -87,7 +90,7 @@ def test_inspect_formats_checks_the_built_in_rows_and_records_nothing_for_a_user
     )
     own = data.inspect_formats(tok, config, out_dir=tmp_path, data_path=task.train_path, show=2)
     assert own.checks is None and own.results() == {} and len(own.view["rows"]) == 2
-    assert own.describe() == data.format_view(own.view)
+    assert own.describe() == _cli.format_view(own.view)
 
 
 def test_too_long_policies_drop_or_truncate_the_tail(tok):

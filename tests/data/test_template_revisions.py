@@ -13,7 +13,7 @@ import pytest
 from chat_rows import ROWS
 
 from cookbook import data
-from cookbook.data import _tokenize
+from cookbook.data import _cli, _rows, _tokenize
 
 REVISIONS = ["gemma4", "gemma4_v2", "gemma4_v3", "gemma4_v4", "gemma4_v5"]
 # What each revision does with each kind: kept, or refused with this fix.
@@ -73,13 +73,13 @@ def test_the_five_revisions_are_the_listed_ones_and_the_fifth_is_the_cookbooks()
 @pytest.mark.parametrize("kind", list(ROWS))
 def test_each_revision_keeps_each_row_whole_or_refuses_it(rev, kind, tokenizers):
     tok, row, expected = tokenizers[rev], ROWS[kind], EXPECTED[rev][kind]
-    conversation = data.to_conversation(row)
-    text = data.render(tok, conversation)
+    conversation = _rows.to_conversation(row)
+    text = _tokenize.render(tok, conversation)
     if expected == "kept":
         assert data.lost_content(conversation, text) == []
         ids, mask = data.tokenize_chat(tok, row)
-        spans = data.trained_spans(text)
-        print(f"\n[{rev} / {kind}] {data.marked(text, spans)}")
+        spans = _tokenize.trained_spans(text)
+        print(f"\n[{rev} / {kind}] {_cli.marked(text, spans)}")
         trained = tok.decode(ids[mask == 1])
         # The model's own words are trained, and nothing the user, system or tool wrote.
         last = conversation.messages[-1]
@@ -92,7 +92,7 @@ def test_each_revision_keeps_each_row_whole_or_refuses_it(rev, kind, tokenizers)
         if kind == "tool response":
             assert "sunny, 21 C" not in trained and "get_weather" in trained
     else:
-        with pytest.raises(data.RowError) as caught:
+        with pytest.raises(_rows.RowError) as caught:
             data.tokenize_chat(tok, row)
         said = str(caught.value)
         assert data.template_revision(tok) in said and expected in said and "thought" in said

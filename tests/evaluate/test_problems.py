@@ -3,6 +3,7 @@
 import pytest
 
 from cookbook import data, evaluate
+from cookbook.data import _sample_task
 
 # A problem written the way verilog-eval writes them (spec prompt, RefModule, a clocked
 # testbench with a stimulus module, counts printed from a `final` block), by hand.
@@ -121,9 +122,9 @@ def test_sample_task_problems_round_trip_through_the_layout(tmp_path):
 @pytest.mark.parametrize("width", [2, 12, 64])
 def test_the_testbench_passes_the_reference_and_fails_every_other_operator(width, iverilog):
     cases, jobs = [], []
-    for verb, op in data.OPERATIONS.items():
-        (p,) = evaluate.sample_task_problems([data.make_row("alu_sum", verb, width)])
-        for other in data.OPERATIONS.values():
+    for verb, op in _sample_task.OPERATIONS.items():
+        (p,) = evaluate.sample_task_problems([_sample_task.make_row("alu_sum", verb, width)])
+        for other in _sample_task.OPERATIONS.values():
             cases.append((op, other))
             jobs.append((p, p.answer.replace(f"a {op} b", f"a {other} b")))
     for (op, other), result in zip(cases, evaluate.simulate_many(jobs), strict=True):
@@ -131,7 +132,7 @@ def test_the_testbench_passes_the_reference_and_fails_every_other_operator(width
 
 
 def test_rewrites_show_what_exact_match_misses(iverilog):
-    row = data.make_row("data_mux", "multiplies", 16)
+    row = _sample_task.make_row("data_mux", "multiplies", 16)
     (problem,) = evaluate.sample_task_problems([row])
     got = {
         label: (data.exact_match(c, row), evaluate.simulate(problem, c).outcome)

@@ -270,6 +270,7 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     from transformers import AutoTokenizer
 
     from cookbook import data
+    from cookbook.data import _rows
     from cookbook.gpu import train_gpu
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
@@ -287,7 +288,7 @@ def test_train_script_tokenises_like_the_tpu_pipeline(tiny_base):
     for n, row in enumerate(rows, 1):
         try:
             ids, mask = data.tokenize_chat(tok, row)
-        except data.RowError as e:  # the template would drop part of it: refused on both sides
+        except _rows.RowError as e:  # the template would drop part of it: refused on both sides
             assert "thought" in str(e)
             with pytest.raises(ValueError, match=r"renders no message \d+ \(assistant\) thought"):
                 train_gpu.tokenize_row(tok, train_gpu.row_conversation(row, n))

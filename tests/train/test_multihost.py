@@ -197,11 +197,12 @@ def test_pod_command_names_the_slice_mesh_and_bucket():
 
 def test_data_that_cannot_split_over_processes_is_refused():
     from cookbook import data
+    from cookbook.data import _pipeline
 
     with pytest.raises(data.DataError, match="does not divide over 3 JAX processes"):
-        data.check_process_split(data.DataConfig(batch_size=8), 100, 3)
+        _pipeline.check_process_split(data.DataConfig(batch_size=8), 100, 3)
     with pytest.raises(data.DataError, match="1 usable rows for 2 JAX processes"):
-        data.check_process_split(data.DataConfig(batch_size=8), 1, 2)
+        _pipeline.check_process_split(data.DataConfig(batch_size=8), 1, 2)
 
 
 _DISAGREE = """
