@@ -154,7 +154,7 @@ def prune_compile_cache(directory: str | Path, max_bytes: int = COMPILE_CACHE_MA
     )
 
 
-def setup_runtime_env() -> None:
+def setup_runtime_env(*, cpu_devices: int | None = None) -> None:
     """Defaults every entry point needs before JAX or vLLM is imported.
 
     On a host without TPU chips, libtpu being installed (for deviceless compilation)
@@ -166,12 +166,22 @@ def setup_runtime_env() -> None:
     CPU host, the processes it starts (notebook kernels, training processes, vLLM servers) run
     glibc's malloc on huge pages (:data:`CPU_GLIBC_TUNABLES`) unless ``GLIBC_TUNABLES`` is set.
     Python's garbage collector runs less often (:func:`tune_gc`).
+
+    ``cpu_devices``: on a CPU host (``JAX_PLATFORMS=cpu``, as set here where there are no TPU
+    chips) split the host into that many fake devices, so that a mesh over them is real (XLA's
+    ``--xla_force_host_platform_device_count``, read only before JAX starts its CPU backend: call
+    this first). ``XLA_FLAGS`` set already (a test or a user chose the devices) is kept, and a
+    TPU's devices are its chips. None leaves the device count to XLA (one CPU device).
     """
+    if cpu_devices is not None and cpu_devices < 1:
+        raise ValueError(f"setup_runtime_env(cpu_devices={cpu_devices}): ask for 1 or more devices, or None")
     tune_gc()
     if not on_tpu_host():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         os.environ.setdefault("GLIBC_TUNABLES", CPU_GLIBC_TUNABLES)  # for the processes it starts
+    if cpu_devices is not None and os.environ.get("JAX_PLATFORMS") == "cpu":
+        os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={cpu_devices}")
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache_dir())
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:  # else JAX evicts, as the user asked

@@ -1,7 +1,7 @@
 """Stages 03-04: sharding after LoRA, rematerialisation, and the TPU fit check (the planner).
 
-Notebook 03 calls the sharding functions, notebook 04 the remat measurement and the
-planner; ``cookbook plan`` is the planner's command line.
+Notebook 03 calls its sections (``_sections``: typed results over the sharding functions),
+notebook 04 the remat measurement and the planner; ``cookbook plan`` is the planner's command line.
 """
 
 from cookbook.fit._layouts import (  # noqa: F401
@@ -43,7 +43,6 @@ from cookbook.fit._predict import (  # noqa: F401
     training_tokens_per_s,
 )
 from cookbook.fit._remat import (  # noqa: F401
-    example_batch,
     format_remat_table,
     lora_count_under_remat,
     measure_remat,
@@ -77,6 +76,13 @@ from cookbook.fit._search_results import (  # noqa: F401
     results_dict,
     validate_extrapolation,
 )
+from cookbook.fit._sections import (  # noqa: F401
+    check_layout_kept,
+    fix_shardings,
+    jit_built_optimizer,
+    load_sharded_base,
+    lora_on_mesh,
+)
 from cookbook.fit._sharding import (  # noqa: F401
     abstract_optimizer_state,
     abstract_with_shardings,
@@ -89,9 +95,8 @@ from cookbook.fit._sharding import (  # noqa: F401
     project_lora_specs,
     set_lora_specs,
     shard_train_state,
-    sharding_signature,
 )
-from cookbook.fit._step import nnx_train_step, run_train_steps  # noqa: F401
+from cookbook.fit._step import nnx_train_step  # noqa: F401
 from cookbook.fit._views import (  # noqa: F401
     VALIDATION_FIELDS,
     committed_search,

@@ -17,9 +17,11 @@ from cookbook.rl._reward import (  # noqa: F401
     well_formed,
 )
 from cookbook.rl._run import plot_curves, train_rl, training_problems  # noqa: E402, F401
+from cookbook.rl._start import sft_start  # noqa: E402, F401
 
 __all__ = [
     # the run
+    "sft_start",
     "RLConfig",
     "RL_PRESETS",
     "rl_preset",
