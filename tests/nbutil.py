@@ -20,7 +20,8 @@ def run_notebook(
     """
     import papermill as pm
 
-    from cookbook.harness import ipc_kernel_manager, load_results
+    from cookbook.harness import ipc_kernel_manager
+    from cookbook.harness._record import load_results
 
     path = name if isinstance(name, Path) else REPO / "notebooks" / f"{name}.ipynb"
     name = path.stem

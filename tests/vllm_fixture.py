@@ -20,8 +20,9 @@ import types
 _OWNER_CODE = """
 import json, sys
 from cookbook import serve
+from cookbook.serve import _server
 kw = json.loads(sys.argv[1]); kw['lora_modules'] = tuple(map(tuple, kw['lora_modules']))
-s = serve.start_server(serve.ServeConfig(**kw))
+s = _server.start_server(serve.ServeConfig(**kw))
 print(json.dumps({'port': s.port, 'pids': s.process_ids(), 'startup_s': s.startup_s}), flush=True)
 sys.stdin.read()
 """
@@ -78,7 +79,7 @@ def start_lora_server() -> types.SimpleNamespace:
 
 def release() -> None:
     """SIGKILL the owner; assert that all server processes go away by themselves."""
-    from cookbook import serve
+    from cookbook.serve import _process
 
     owner = _STATE.pop("owner", None)
     if owner is None:
@@ -87,9 +88,9 @@ def release() -> None:
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     deadline = time.monotonic() + 60
-    while any(serve.pid_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(_process.pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = [p for p in pids if serve.pid_alive(p)]
+    left = [p for p in pids if _process.pid_alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert not left, f"vLLM processes {left} outlived their SIGKILLed owner"

@@ -7,31 +7,16 @@ other steps; ``_quant`` chooses and checks the QLoRA quantization; ``_peft`` con
 tensors between the Tunix and PEFT layouts.
 """
 
-from cookbook.lora._apply import (  # noqa: F401
+from cookbook.lora._apply import (
     abstract_lora_model,
-    abstract_qwix_model,
     apply_lora,
     count_lora_params,
-    coverage_of_model,
     dummy_inputs,
     expected_lora_params,
-    kv_shared_a_params,
-    lora_param_shapes,
-    peft_lora_params,
-    peft_trainable_params,
-    tunix_weight_paths,
-    without_lora_dropout,
 )
-from cookbook.lora._config import (  # noqa: F401
-    LoraApplicationError,
-    LoraConfig,
-    LoraCoverageError,
-    parse_targets,
-)
-
-# Notebook 02's steps, each a typed result
-from cookbook.lora._counts import family_param_counts, lora_param_counts  # noqa: E402, F401, I001
-from cookbook.lora._names import (  # noqa: F401
+from cookbook.lora._config import LoraConfig, parse_targets
+from cookbook.lora._counts import family_param_counts, lora_param_counts
+from cookbook.lora._names import (
     ALL_HF_PROJECTIONS,
     HF_PARENT,
     HF_PROJECTIONS,
@@ -41,7 +26,7 @@ from cookbook.lora._names import (  # noqa: F401
     TUNIX_TO_HF_MODULES,
     hf_module_path,
 )
-from cookbook.lora._peft import (  # noqa: F401
+from cookbook.lora._peft import (
     LAYOUT_PREFIX,
     LoraPair,
     check_pairs_fit_preset,
@@ -50,7 +35,7 @@ from cookbook.lora._peft import (  # noqa: F401
     tunix_lora_to_peft,
     write_peft_adapter,
 )
-from cookbook.lora._quant import (  # noqa: F401
+from cookbook.lora._quant import (
     DEFAULT_QUANT_TILE,
     QLORA_STEP,
     QUANT_TYPES,
@@ -58,12 +43,9 @@ from cookbook.lora._quant import (  # noqa: F401
     default_quant_tile,
     format_quantized_memory,
     lora_provider,
-    quantized_bytes,
     quantized_memory_table,
-    quantized_weights,
-    working_tiles,
 )
-from cookbook.lora._tables import (  # noqa: E402, F401, I001
+from cookbook.lora._tables import (
     k_equals_v_trap,
     module_path_refusal,
     plot_coverage,
@@ -71,16 +53,53 @@ from cookbook.lora._tables import (  # noqa: E402, F401, I001
     targets_refusal,
     translate_targets,
 )
-from cookbook.lora._targets import (  # noqa: F401
-    check_module_path,
-    coverage_by_kind,
-    coverage_matrix,
-    coverage_rows,
-    format_coverage,
-    hf_module_names,
-    hf_target_modules,
-    lora_targets_by_layer,
-    matched_projections,
-    projections,
-    qwix_module_path,
-)
+from cookbook.lora._targets import hf_target_modules, qwix_module_path
+
+__all__ = [
+    # the config
+    "LoraConfig",
+    "parse_targets",
+    # notebook 02's steps, each a typed result
+    "projection_table",
+    "translate_targets",
+    "targets_refusal",
+    "module_path_refusal",
+    "k_equals_v_trap",
+    "plot_coverage",
+    "lora_param_counts",
+    "family_param_counts",
+    # the projection names: Hugging Face (PEFT) against Tunix (Qwix)
+    "HF_PROJECTIONS",
+    "ALL_HF_PROJECTIONS",
+    "HF_PARENT",
+    "MODEL_LEVEL",
+    "TUNIX_TO_HF",
+    "TUNIX_TO_HF_ALL",
+    "TUNIX_TO_HF_MODULES",
+    "hf_module_path",
+    "hf_target_modules",
+    "qwix_module_path",
+    # applying Qwix LoRA to a model and counting what it adds
+    "apply_lora",
+    "abstract_lora_model",
+    "dummy_inputs",
+    "count_lora_params",
+    "expected_lora_params",
+    # QLoRA: the quantization and its memory
+    "QUANT_TYPES",
+    "QLORA_STEP",
+    "DEFAULT_QUANT_TILE",
+    "default_quant_tile",
+    "check_quant_tile",
+    "lora_provider",
+    "quantized_memory_table",
+    "format_quantized_memory",
+    # LoRA tensors between the Tunix and PEFT layouts
+    "LAYOUT_PREFIX",
+    "LoraPair",
+    "lora_pairs",
+    "check_pairs_fit_preset",
+    "tunix_lora_to_peft",
+    "peft_to_tunix_lora",
+    "write_peft_adapter",
+]

@@ -1,14 +1,9 @@
 """Stage 07: LoRA checkpoints merged into Hugging Face safetensors, streamed; PEFT adapters; verification."""
 
-from cookbook.merge._cache import ensure_merged, ensure_peft, ensure_text_only_base  # noqa: F401
-from cookbook.merge._checkpoint import (  # noqa: F401
-    find_step_dir,
-    open_lora_checkpoint,
-    read_lora,
-)
-from cookbook.merge._layouts import (  # noqa: F401
+from cookbook.merge._cache import ensure_merged, ensure_peft, ensure_text_only_base
+from cookbook.merge._checkpoint import open_lora_checkpoint, read_lora
+from cookbook.merge._layouts import (
     BENCH_COLUMNS,
-    MergeMismatchError,
     adapter_summary,
     extrapolation_summary,
     inspect_checkpoint,
@@ -19,29 +14,36 @@ from cookbook.merge._layouts import (  # noqa: F401
     show_refusals,
     verify_layouts,
 )
-from cookbook.merge._merge import (  # noqa: F401
-    STOP_TOKENS,
-    export_peft,
-    hf_module_shape,
-    merge_lora,
-    plan_merge,
-)
-from cookbook.merge._merge_cli import parse_size  # noqa: F401
-from cookbook.merge._merge_cli import register_cli as register_merge_cli  # noqa: E402, F401, I001
-from cookbook.merge._outdir import check_out_dir  # noqa: F401
-from cookbook.merge._safetensors import (  # noqa: F401
-    OutTensor,
-    TensorRef,
-    header_bytes,
-    plan_shards,
-    read_header,
-    shard_names,
-    write_shard,
-)
-from cookbook.merge._verify import (  # noqa: F401
-    ensure_random_lora_run,
-    extrapolate_merge,
-    sample_tokens,
-    tunix_lora_logits,
-    verify_merge,
-)
+from cookbook.merge._merge import merge_lora
+from cookbook.merge._merge_cli import register_cli as register_merge_cli
+from cookbook.merge._safetensors import OutTensor, TensorRef, header_bytes, read_header, write_shard
+
+__all__ = [
+    # notebook 07's steps, each a typed result
+    "resolve_run_dir",
+    "inspect_checkpoint",
+    "merged_layout",
+    "peft_adapters",
+    "verify_layouts",
+    "show_refusals",
+    "adapter_summary",
+    "extrapolation_summary",
+    "load_merge_bench",
+    "BENCH_COLUMNS",
+    # a run's merged checkpoint, PEFT adapter and text-only base, built once and cached
+    "ensure_merged",
+    "ensure_peft",
+    "ensure_text_only_base",
+    # the streamed merge and the LoRA checkpoint it reads
+    "merge_lora",
+    "open_lora_checkpoint",
+    "read_lora",
+    # safetensors shards, read and written by hand
+    "TensorRef",
+    "OutTensor",
+    "read_header",
+    "header_bytes",
+    "write_shard",
+    # the command line (cookbook merge)
+    "register_merge_cli",
+]

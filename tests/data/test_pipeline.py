@@ -84,16 +84,17 @@ def test_multi_turn_masks_every_answer(tok):
 def test_vllm_renders_the_same_prompt(tok, tiny_base):
     """vLLM's own template resolution and rendering give the tokens we train on."""
     from cookbook import merge, serve
+    from cookbook.serve import _render
 
     served_dir = merge.ensure_text_only_base(tiny_base, "tiny")  # what vLLM on CPU serves
-    assert serve.vllm_model_dir("tiny") == str(served_dir)
+    assert _render.vllm_model_dir("tiny") == str(served_dir)
     rows = data.generate_rows("eval", n=3)
     check = serve.check_rendering("tiny", tok, rows)  # notebook 05's check
     assert (check.rows, check.identical) == (3, True) and check.example == tok.decode(data.prompt_ids(tok, rows[0]))
     for row in rows:
-        served = serve.render_with_vllm(served_dir, row["messages"][:1])
+        served = _render.render_with_vllm(served_dir, row["messages"][:1])
         assert served == data.prompt_ids(tok, row)
-    text = serve.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
+    text = _render.render_with_vllm(served_dir, row["messages"], add_generation_prompt=False, tokenize=False)
     assert text == tok.apply_chat_template(row["messages"], tokenize=False)
     ids, mask = data.tokenize_chat(tok, row)
     assert tok.decode(ids) == text
@@ -118,8 +119,10 @@ def test_vllm_renders_the_same_prompt(tok, tiny_base):
         prompt = [m for m in conv.messages][
             : max(i for i, m in enumerate(conv.messages) if m["role"] != "assistant") + 1
         ]
-        assert serve.render_with_vllm(served_dir, prompt, **kwargs) == data.prompt_ids(tok, row)
-        full = serve.render_with_vllm(served_dir, conv.messages, add_generation_prompt=False, tokenize=False, **kwargs)
+        assert _render.render_with_vllm(served_dir, prompt, **kwargs) == data.prompt_ids(tok, row)
+        full = _render.render_with_vllm(
+            served_dir, conv.messages, add_generation_prompt=False, tokenize=False, **kwargs
+        )
         assert tok.decode(data.tokenize_chat(tok, row)[0]) == full
         assert ("<|channel>thought" in full) == conv.thinking and ("<|tool_call>" in full) == bool(conv.tools)
 

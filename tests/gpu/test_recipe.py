@@ -9,6 +9,7 @@ import pytest
 
 from cookbook import gpu, lora, models, train
 from cookbook.data import _examples as data_examples
+from cookbook.lora import _config, _targets
 
 PROJECTIONS = lora.HF_PROJECTIONS
 
@@ -79,13 +80,13 @@ def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
         names = [n for n, _ in Gemma4ForConditionalGeneration(cfg).named_modules()]
     rx = gpu.peft_target_regex(lora.LoraConfig(), p)
     hit = {n for n in names if re.fullmatch(rx, n)}
-    assert hit == set(lora.hf_module_names(p, prefix="model.language_model."))
+    assert hit == set(_targets.hf_module_names(p, prefix="model.language_model."))
     assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
     towers = [n for n in names if n.endswith(PROJECTIONS) and "language_model" not in n]
     assert towers, "expected the vision/audio towers to have projections named like the decoder's"
     # The text-only layout (Gemma4ForCausalLM, served by vLLM on CPU) matches too.
-    assert {n for n in lora.hf_module_names(p, prefix="model.") if re.fullmatch(rx, n)} == set(
-        lora.hf_module_names(p, prefix="model.")
+    assert {n for n in _targets.hf_module_names(p, prefix="model.") if re.fullmatch(rx, n)} == set(
+        _targets.hf_module_names(p, prefix="model.")
     )
 
 
@@ -120,7 +121,7 @@ def test_12b_unified_layout_gets_its_own_wrap_unit_and_targets_the_decoder_only(
     )
     rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), p)
     hit = {n for n in names if re.fullmatch(rx, n)}
-    assert hit == set(lora.hf_module_names(p, prefix="model.language_model."))
+    assert hit == set(_targets.hf_module_names(p, prefix="model.language_model."))
     assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
     assert any("embed_vision" in n for n in names) and not any("embed_" in n for n in hit)
 
@@ -130,7 +131,7 @@ def test_partial_targets_and_kv_split_are_translated_or_refused():
     rx = gpu.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
     assert re.fullmatch(rx, "model.layers.3.self_attn.q_proj")
     assert not re.fullmatch(rx, "model.layers.3.mlp.up_proj")
-    with pytest.raises(lora.LoraCoverageError, match="k_proj and v_proj together"):
+    with pytest.raises(_config.LoraCoverageError, match="k_proj and v_proj together"):
         gpu.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
 
 
@@ -139,7 +140,7 @@ def test_target_regex_covers_the_per_layer_inputs_and_the_router(name):
     """'all-linear' on E2B/E4B and 26B-A4B: the regex takes exactly the modules cookbook.lora adapts,
     in both layouts (per-layer-input projections, the model-level one, the router), never the experts."""
     for prefix in ("model.", "model.language_model."):
-        names = lora.hf_module_names(name, prefix=prefix)
+        names = _targets.hf_module_names(name, prefix=prefix)
         rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), name)
         assert all(re.fullmatch(rx, n) for n in names)
         assert not re.fullmatch(rx, f"{prefix}layers.0.experts")

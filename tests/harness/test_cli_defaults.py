@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import data, harness, train
+from cookbook.harness import _cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ ELSEWHERE = {
 
 
 def test_every_subcommand_is_run_on_its_defaults_here_or_by_a_named_test():
-    assert set(RUN_HERE) | set(ELSEWHERE) == set(harness.COMMANDS) and not set(RUN_HERE) & set(ELSEWHERE)
+    assert set(RUN_HERE) | set(ELSEWHERE) == set(_cli.COMMANDS) and not set(RUN_HERE) & set(ELSEWHERE)
     for command, (path, call) in ELSEWHERE.items():
         assert call in (REPO / path).read_text(), f"{command}: {path} no longer makes {call!r}"
 
@@ -54,7 +55,7 @@ def test_train_on_its_defaults_is_the_run_make_demo_trains(tmp_path):
     notebook 06 and make demo train (tests/userenv.py), so its run is checked end to end there."""
     from cookbook.train._cli import config_from_args
 
-    args = harness.build_parser("train").parse_args(["train", "--out", str(tmp_path / "run")])
+    args = _cli.build_parser("train").parse_args(["train", "--out", str(tmp_path / "run")])
     config = config_from_args(args)
     assert config == train.train_preset("tiny")
     assert train.cache_key(config) == train.cache_key(train.train_preset("tiny"))

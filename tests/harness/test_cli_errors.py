@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import harness
+from cookbook.harness import _cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = {"HF_TOKEN": "hf_cookbookFAKEsecret0123456789", "VLLM_API_KEY": "sk-cookbookFAKEsecret987"}
@@ -152,7 +153,7 @@ CASES = [
 
 
 def test_every_subcommand_has_a_bad_input_case():
-    assert set(harness.COMMANDS) <= {argv[0] for _, argv, _ in CASES}
+    assert set(_cli.COMMANDS) <= {argv[0] for _, argv, _ in CASES}
 
 
 @pytest.mark.parametrize(("argv", "fix"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -180,7 +181,7 @@ def test_bad_input_is_one_line_naming_the_fix(argv, fix, tmp_path, bad_index_bas
     assert done.returncode != 0, out
     assert "Traceback" not in out, out
     assert len(lines) == 1, out
-    command = "cookbook" if argv[0] not in harness.COMMANDS else f"cookbook {argv[0]}"
+    command = "cookbook" if argv[0] not in _cli.COMMANDS else f"cookbook {argv[0]}"
     assert lines[0].startswith(f"{command}: "), lines[0]
     for needle in fix:
         assert needle in lines[0], (needle, lines[0])

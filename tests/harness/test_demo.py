@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from cookbook import harness
+from cookbook.harness import _demo, _report
 
 
 def _notebook(path, *cells, params="X = 1  # a parameter"):
@@ -38,8 +39,8 @@ def nbdir(tmp_path_factory):
 
 
 def test_demo_stops_at_first_failure_and_reports(nbdir, tmp_path):
-    with pytest.raises(harness.NotebookFailed) as err:
-        harness.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41}, jobs=1)
+    with pytest.raises(_demo.NotebookFailed) as err:
+        _demo.run_demo(notebooks_dir=nbdir, runs_root=tmp_path, parameters={"X": 41}, jobs=1)
     assert err.value.notebook == "01_boom"
     assert "ValueError: boom at step 3" in str(err.value)
     run = err.value.output.parent
@@ -81,14 +82,14 @@ def test_notebook_that_records_nothing_is_an_error(tmp_path):
     d = tmp_path / "nbs"
     d.mkdir()
     _notebook(d / "00_silent.ipynb", "print('I forgot to record')")
-    with pytest.raises(harness.ReportError, match="00_silent ran but recorded nothing"):
-        harness.run_demo(notebooks_dir=d, runs_root=tmp_path / "runs")
+    with pytest.raises(_report.ReportError, match="00_silent ran but recorded nothing"):
+        _demo.run_demo(notebooks_dir=d, runs_root=tmp_path / "runs")
     run = (tmp_path / "runs" / "latest").resolve()
     assert "ERROR: recorded nothing" in (run / "report.md").read_text()
 
 
 def test_parse_parameters_and_only():
-    assert harness.parse_parameters(["A=3", "B=gemma4_31b", "C=0.5", "D='x'", "E=[1, 2]"]) == {
+    assert _demo.parse_parameters(["A=3", "B=gemma4_31b", "C=0.5", "D='x'", "E=[1, 2]"]) == {
         "A": 3,
         "B": "gemma4_31b",
         "C": 0.5,
@@ -96,9 +97,9 @@ def test_parse_parameters_and_only():
         "E": [1, 2],
     }
     with pytest.raises(ValueError, match="NAME=VALUE"):
-        harness.parse_parameters(["no-equals"])
+        _demo.parse_parameters(["no-equals"])
     with pytest.raises(ValueError, match="no such notebook"):
-        harness.list_notebooks(harness.REPO / "notebooks", only=["77"])
+        _demo.list_notebooks(_demo.REPO / "notebooks", only=["77"])
 
 
 def _simulate(paths, jobs, seconds):
@@ -107,7 +108,7 @@ def _simulate(paths, jobs, seconds):
     pending, running, spans, now = harness.schedule(paths, jobs), {}, {}, 0.0
     while pending or running:
         for _ in range(jobs - len(running)):
-            path = harness.next_ready(pending, list(running))
+            path = _demo.next_ready(pending, list(running))
             if path is None:
                 break
             pending.remove(path)
@@ -119,7 +120,7 @@ def _simulate(paths, jobs, seconds):
 
 
 def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
-    paths = harness.list_notebooks(harness.REPO / "notebooks")
+    paths = _demo.list_notebooks(_demo.REPO / "notebooks")
     assert harness.schedule(paths, 1) == paths  # one lane (a TPU host): the numbered order
     two = harness.schedule(paths, 2)
     assert sorted(two) == paths and two[:3] == [p for n in ("06", "04", "08") for p in paths if p.stem[:2] == n]
@@ -129,7 +130,7 @@ def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
     # 454 s; 10, which also follows 06, in 06's lane too), the free lanes end within 5% of the best
     # two lanes can do (half the work, or the longest notebook), and 07 and 10 start only after 06
     # has finished.
-    seconds = harness.TYPICAL_SECONDS
+    seconds = _demo.TYPICAL_SECONDS
     assert set(seconds) == {p.stem for p in paths}
     spans = _simulate(paths, 2, seconds)
     makespan = max(end for _, end in spans.values())
@@ -142,7 +143,7 @@ def test_free_lanes_take_the_longest_ready_notebook_and_07_follows_06():
 
 def test_a_finished_kernel_gets_time_to_exit_before_sigterm():
     # jupyter_client's default is 5 s (SIGTERM after 2.5), which a kernel holding libtpu overran.
-    assert harness.ipc_kernel_manager()().shutdown_wait_time == harness.KERNEL_SHUTDOWN_WAIT_S >= 30
+    assert harness.ipc_kernel_manager()().shutdown_wait_time == _demo.KERNEL_SHUTDOWN_WAIT_S >= 30
 
 
 def _signals_at_shutdown(manager_cls: type, cwd: Path) -> list[int]:
@@ -185,13 +186,13 @@ def test_one_lane_where_jax_is_not_on_this_cpu(monkeypatch):
     from cookbook import core
 
     monkeypatch.setattr(core, "on_tpu_host", lambda: True)
-    assert harness.default_jobs() == 1
+    assert _demo.default_jobs() == 1
     monkeypatch.setattr(core, "on_tpu_host", lambda: False)
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
-    assert harness.default_jobs() == 1
+    assert _demo.default_jobs() == 1
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert harness.default_jobs() == 1
+    assert _demo.default_jobs() == 1
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +221,7 @@ def lanes_dir(tmp_path_factory):
 
 
 def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, tmp_path):
-    run, _ = harness.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "ok", jobs=2)
+    run, _ = _demo.run_demo(notebooks_dir=lanes_dir, runs_root=tmp_path / "ok", jobs=2)
     log = json.loads((run / "demo.json").read_text())
     # None of these is in harness.TYPICAL_SECONDS: the numbered order.
     assert log["jobs"] == 2 and log["order"] == ["05_side", "06_first", "07_second", "08_third"]
@@ -231,8 +232,8 @@ def test_two_lanes_run_side_by_side_and_a_failure_starts_nothing_new(lanes_dir, 
     assert all(v["status"] == "ok" for v in log["notebooks"].values())
     # 06 fails at once while 05 runs (05 sleeps 5 s after 06's failure): 05 finishes, 07 and 08
     # never start, the error names 06.
-    with pytest.raises(harness.NotebookFailed) as err:
-        harness.run_demo(
+    with pytest.raises(_demo.NotebookFailed) as err:
+        _demo.run_demo(
             notebooks_dir=lanes_dir, runs_root=tmp_path / "fail", jobs=2, parameters={"SLEEP": 5.0, "FAIL": "06_first"}
         )
     assert err.value.notebook == "06_first" and "RuntimeError: 06_first broke" in str(err.value)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cookbook import harness
+from cookbook.harness import _record
 
 
 @pytest.fixture
@@ -23,10 +24,10 @@ def test_record_merges_into_the_notebooks_json(run_dir):
     harness.record("05_data_pipeline", loss=0.25, curve=np.array([3.0, np.nan]), path=run_dir / "x")
     whole = {"rows": 12, "loss": 0.25, "curve": [3.0, "nan"], "path": str(run_dir / "x")}
     assert json.loads((run_dir / "05_data_pipeline.json").read_text()) == whole
-    assert harness.load_results("05_data_pipeline") == whole
-    assert harness.load_results("05_data_pipeline", run_dir) == whole
+    assert _record.load_results("05_data_pipeline") == whole
+    assert _record.load_results("05_data_pipeline", run_dir) == whole
     harness.record("06_train", steps=3)  # another notebook, another file
-    assert harness.load_results("06_train") == {"steps": 3}
+    assert _record.load_results("06_train") == {"steps": 3}
     assert sorted(p.name for p in run_dir.iterdir()) == ["05_data_pipeline.json", "06_train.json"]  # no temporaries
 
 
@@ -34,14 +35,14 @@ def test_record_refuses_what_json_cannot_hold_and_keeps_the_old_record(run_dir):
     harness.record("07_merge", ok=True)
     with pytest.raises(TypeError, match="cannot store a set"):
         harness.record("07_merge", layers={1, 2})
-    assert harness.load_results("07_merge") == {"ok": True}
+    assert _record.load_results("07_merge") == {"ok": True}
 
 
 def test_load_results_names_the_missing_notebook(run_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="notebook '08_serving' recorded nothing"):
-        harness.load_results("08_serving")
+        _record.load_results("08_serving")
     with pytest.raises(FileNotFoundError, match="08_serving"):
-        harness.load_results("08_serving", tmp_path / "elsewhere")
+        _record.load_results("08_serving", tmp_path / "elsewhere")
 
 
 def test_work_dir_is_inside_the_run(run_dir):

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from cookbook import cost, harness
+from cookbook import cost
 from cookbook.cost import _cost
+from cookbook.harness import _report
 
 
 def _write(run, name, values, executed=True):
@@ -95,7 +96,7 @@ def run(tmp_path):
 
 def test_values_flow_into_every_section(run):
     run_dir, nbs = run
-    rep = harness.write_report(run_dir, nbs)
+    rep = _report.write_report(run_dir, nbs)
     md = (run_dir / "report.md").read_text()
     status = {s.section.prefix: s.status for s in rep.sections}
     assert status == {
@@ -156,7 +157,7 @@ def test_values_flow_into_every_section(run):
 def test_highlights_come_first(run):
     run_dir, nbs = run
     _write(run_dir, "06_train", {"zz_other": 1, "steps": 200, "accuracy_after": 0.8125, "loss_final": 0.3})
-    md = harness.write_report(run_dir, nbs).markdown
+    md = _report.write_report(run_dir, nbs).markdown
     part = md[md.index("## 06. ") :]
     assert part.index("accuracy_after") < part.index("loss_final") < part.index("steps") < part.index("zz_other")
 
@@ -164,13 +165,13 @@ def test_highlights_come_first(run):
 def test_ran_but_recorded_nothing_is_an_error(run):
     run_dir, nbs = run
     (run_dir / "02_lora_naming.ipynb").write_text("{}")  # executed, no JSON
-    with pytest.raises(harness.ReportError, match="02_lora_naming ran but recorded nothing"):
-        harness.write_report(run_dir, nbs)
+    with pytest.raises(_report.ReportError, match="02_lora_naming ran but recorded nothing"):
+        _report.write_report(run_dir, nbs)
     assert "ERROR: recorded nothing" in (run_dir / "report.md").read_text()
     _write(run_dir, "02_lora_naming", {})  # an empty record is no better
-    with pytest.raises(harness.ReportError, match="02_lora_naming ran but its record is empty"):
-        harness.write_report(run_dir, nbs)
-    rep = harness.write_report(run_dir, nbs, strict=False)
+    with pytest.raises(_report.ReportError, match="02_lora_naming ran but its record is empty"):
+        _report.write_report(run_dir, nbs)
+    rep = _report.write_report(run_dir, nbs, strict=False)
     assert len(rep.errors) == 1
 
 
@@ -178,7 +179,7 @@ def test_unknown_notebook_gets_a_generic_section(run):
     run_dir, nbs = run
     (nbs / "11_extra_step.ipynb").write_text("{}")
     _write(run_dir, "11_extra_step", {"answer": 42})
-    md = harness.write_report(run_dir, nbs).markdown
+    md = _report.write_report(run_dir, nbs).markdown
     assert "## 11. Extra step" in md and "| answer | 42 |" in md
 
 
@@ -191,7 +192,7 @@ def test_training_loss_curve_read_from_the_run(run):
     lines += [{"name": "eval/loss", "step": s, "value": 5.5 / (1 + s)} for s in (0, 25, 45)]
     (train_run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     _write(run_dir, "06_train", {"run_dir": str(train_run), "base_accuracy": 0.0, "finetuned_accuracy": 0.875})
-    md = harness.write_report(run_dir, nbs).markdown
+    md = _report.write_report(run_dir, nbs).markdown
     part = md[md.index("## 06. ") : md.index("## 07. ")]
     assert "train/loss 6 → 0.1304 (10 points)" in part and "eval/loss 5.5 → 0.1196 (3 points)" in part
     assert "report_files/06_train_loss_curve.png" in part
@@ -227,7 +228,7 @@ def test_serving_bench_points_become_a_table_and_a_plot(run):
         point("transformers", 16, 476.25, 230.0),
     ]
     _write(run_dir, "08_serving", {"served_accuracy": 0.995, "bench": bench})
-    md = harness.write_report(run_dir, nbs).markdown
+    md = _report.write_report(run_dir, nbs).markdown
     part = md[md.index("## 08. ") : md.index("## 09. ")]
     assert "| served_accuracy | 0.995 |" in part
     assert "| vllm | 16 |  | 16/16 | 975.2 | 148 | 222 | 7.25 | 190.5 |" in part
@@ -276,7 +277,7 @@ def test_quality_table_in_the_papers_form_collects_every_notebooks_rows(run):
     }
     _write(run_dir, "06_train", {"finetuned_accuracy": 0.9875, "quality": [base, tuned]})
     _write(run_dir, "08_serving", {"served_accuracy": 0.995, "quality": [served]})
-    md = harness.write_report(run_dir, nbs).markdown
+    md = _report.write_report(run_dir, nbs).markdown
     part = md[md.index("## Quality, in the paper's form") : md.index("## 00. ")]
     assert "| tiny base | - | Tunix sampler | sample task (200) | 0.000 | 0.000 | - | - | - | 06_train |" in part
     assert (
@@ -286,7 +287,7 @@ def test_quality_table_in_the_papers_form_collects_every_notebooks_rows(run):
     assert "0.641" in part and "0.697" in part and "| the paper |" in part
     assert "The GPU recipe was not trained for this run" in part
     _write(run_dir, "08_serving", {"served_accuracy": 0.995, "quality": [served, gpu]})
-    part = harness.write_report(run_dir, nbs).markdown.split("## Quality, in the paper's form")[1].split("## 00. ")[0]
+    part = _report.write_report(run_dir, nbs).markdown.split("## Quality, in the paper's form")[1].split("## 00. ")[0]
     assert (
         "| GPU recipe (TRL + PEFT) | transformers | sample task (100) | - | - | 0.973 | 1.000 | 5 | gpu_recipe_e2e.json |"
         in part

@@ -8,6 +8,7 @@ import pytest
 
 from cookbook import lora as L
 from cookbook import models
+from cookbook.lora import _apply, _config
 
 ALL7 = L.LoraConfig(rank=8, alpha=16.0)
 
@@ -16,7 +17,7 @@ def test_counts_on_tiny_are_measured_checked_and_recorded():
     counts = L.lora_param_counts("tiny", ALL7)
     assert counts.preset == "tiny"
     assert counts.qwix_measured == counts.qwix_expected == L.expected_lora_params("tiny", ALL7)
-    assert counts.peft_measured == counts.peft_expected == L.peft_lora_params("tiny", ALL7)
+    assert counts.peft_measured == counts.peft_expected == _apply.peft_lora_params("tiny", ALL7)
     assert counts.peft_measured - counts.qwix_measured == counts.kv_shared_a == 5 * 128 * 8  # 5 sliding layers
     assert counts.trainable_fraction == counts.qwix_measured / models.get_preset("tiny").num_params()
     recorded = counts.results()["counts"]
@@ -36,9 +37,9 @@ def test_counts_on_tiny_are_measured_checked_and_recorded():
 
 def test_a_count_off_its_formula_is_an_error_naming_it():
     counts = L.lora_param_counts("tiny", ALL7)
-    with pytest.raises(L.LoraApplicationError, match=r"on tiny: Qwix created [\d,]+, the formula says"):
+    with pytest.raises(_config.LoraApplicationError, match=r"on tiny: Qwix created [\d,]+, the formula says"):
         dataclasses.replace(counts, qwix_measured=counts.qwix_measured + 1).check()
-    with pytest.raises(L.LoraApplicationError, match="PEFT - Qwix"):
+    with pytest.raises(_config.LoraApplicationError, match="PEFT - Qwix"):
         dataclasses.replace(counts, kv_shared_a=0).check()
 
 

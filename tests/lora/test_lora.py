@@ -9,6 +9,7 @@ import pytest
 
 from cookbook import lora as L
 from cookbook import models
+from cookbook.lora import _apply, _config, _targets
 
 ALL7 = L.LoraConfig(rank=4, alpha=8.0)
 
@@ -20,8 +21,8 @@ ALL7 = L.LoraConfig(rank=4, alpha=8.0)
 @pytest.mark.jax_only
 def test_default_targets_cover_every_weight_including_k_eq_v():
     path = L.qwix_module_path(ALL7, "gemma4_31b")
-    got = {pr.tunix_path for pr in L.matched_projections(path, "gemma4_31b")}
-    assert got == {pr.tunix_path for pr in L.projections("gemma4_31b")}
+    got = {pr.tunix_path for pr in _targets.matched_projections(path, "gemma4_31b")}
+    assert got == {pr.tunix_path for pr in _targets.projections("gemma4_31b")}
     assert len(got) == 60 * 6
     # the 10 global layers' K (= V) weight is attn/k_einsum and is selected
     assert all(f"layers/{i}/attn/k_einsum" in got for i in models.get_preset("gemma4_31b").global_layers)
@@ -42,7 +43,7 @@ def test_default_targets_cover_every_weight_including_k_eq_v():
 def test_peft_targets_translate_and_round_trip(targets, leaves):
     p = models.get_preset("tiny")
     path = L.qwix_module_path(targets, p)
-    got = L.matched_projections(path, p)
+    got = _targets.matched_projections(path, p)
     assert {pr.tunix_path.split("/", 2)[2] for pr in got} == leaves
     assert {pr.layer for pr in got} == set(range(p.num_layers))
     back = L.hf_target_modules(path, p)
@@ -51,33 +52,33 @@ def test_peft_targets_translate_and_round_trip(targets, leaves):
 
 @pytest.mark.jax_only
 def test_kv_einsum_regex_on_31b_is_caught_and_explained():
-    with pytest.raises(L.LoraCoverageError, match=r"k_proj is adapted on 50 of 60 layers.*k_einsum"):
-        L.check_module_path(".*kv_einsum", "gemma4_31b")
-    with pytest.raises(L.LoraCoverageError, match="global layers, where K = V"):
+    with pytest.raises(_config.LoraCoverageError, match=r"k_proj is adapted on 50 of 60 layers.*k_einsum"):
+        _targets.check_module_path(".*kv_einsum", "gemma4_31b")
+    with pytest.raises(_config.LoraCoverageError, match="global layers, where K = V"):
         L.hf_target_modules(".*(q_einsum|kv_einsum|attn_vec_einsum)", "gemma4_31b")
     # the fix suggested by the message works
-    L.check_module_path(".*(kv_einsum|k_einsum)", "gemma4_31b")
+    _targets.check_module_path(".*(kv_einsum|k_einsum)", "gemma4_31b")
 
 
 @pytest.mark.jax_only
 def test_targets_that_match_nothing_or_split_kv_fail_loudly():
-    with pytest.raises(L.LoraCoverageError, match="match no projection"):
+    with pytest.raises(_config.LoraCoverageError, match="match no projection"):
         L.qwix_module_path(("qkv_proj",), "tiny")
-    with pytest.raises(L.LoraCoverageError, match="matches no projection"):
+    with pytest.raises(_config.LoraCoverageError, match="matches no projection"):
         L.qwix_module_path(r".*\.lm_head", "tiny")
-    with pytest.raises(L.LoraCoverageError, match="matches no projection"):
-        L.check_module_path(".*kv_proj", "tiny")
-    with pytest.raises(L.LoraCoverageError, match="k_proj and v_proj together"):
+    with pytest.raises(_config.LoraCoverageError, match="matches no projection"):
+        _targets.check_module_path(".*kv_proj", "tiny")
+    with pytest.raises(_config.LoraCoverageError, match="k_proj and v_proj together"):
         L.qwix_module_path(("k_proj",), "tiny")
 
 
 @pytest.mark.jax_only
 def test_partial_layers_need_explicit_consent():
     targets = r".*layers\.[0-2]\.self_attn\.q_proj"
-    with pytest.raises(L.LoraCoverageError, match="q_proj is adapted on 3 of 6 layers"):
+    with pytest.raises(_config.LoraCoverageError, match="q_proj is adapted on 3 of 6 layers"):
         L.qwix_module_path(targets, "tiny")
     path = L.qwix_module_path(targets, "tiny", allow_partial=True)
-    assert [pr.tunix_path for pr in L.matched_projections(path, "tiny")] == [
+    assert [pr.tunix_path for pr in _targets.matched_projections(path, "tiny")] == [
         f"layers/{i}/attn/q_einsum" for i in range(3)
     ]
     assert L.hf_target_modules(path, "tiny", allow_partial=True) == [f"layers.{i}.self_attn.q_proj" for i in range(3)]
@@ -85,13 +86,13 @@ def test_partial_layers_need_explicit_consent():
 
 @pytest.mark.jax_only
 def test_coverage_rows_show_absent_v_on_global_layers():
-    rows = L.lora_targets_by_layer("gemma4_31b", ALL7)
+    rows = _targets.lora_targets_by_layer("gemma4_31b", ALL7)
     assert len(rows) == 60
-    by_kind = L.coverage_by_kind(rows)
+    by_kind = _targets.coverage_by_kind(rows)
     assert by_kind["global"]["v_proj"] == "absent" and by_kind["global"]["k_proj"] == "10/10"
     assert by_kind["sliding"]["v_proj"] == "50/50"
     assert rows[5]["tunix"][1] == "attn/k_einsum" and rows[0]["tunix"][1] == "attn/kv_einsum"
-    table = L.format_coverage(rows)
+    table = _targets.format_coverage(rows)
     assert len(table.splitlines()) == 61
 
 
@@ -103,18 +104,18 @@ def test_counts_differ_from_peft_only_by_the_shared_kv_a():
     d, f, r = p.embed_dim, p.hidden_dim, 64
     sliding = r * ((d + 32 * 256) + 2 * (d + 16 * 256) + (32 * 256 + d) + 2 * (d + f) + (f + d))
     glob = r * ((d + 32 * 512) + (d + 4 * 512) + (32 * 512 + d) + 2 * (d + f) + (f + d))
-    assert L.peft_lora_params(p, cfg) == 50 * sliding + 10 * glob == 489_717_760
-    assert L.kv_shared_a_params(p, cfg) == 50 * d * r
-    assert L.expected_lora_params(p, cfg) == L.peft_lora_params(p, cfg) - 50 * d * r
+    assert _apply.peft_lora_params(p, cfg) == 50 * sliding + 10 * glob == 489_717_760
+    assert _apply.kv_shared_a_params(p, cfg) == 50 * d * r
+    assert L.expected_lora_params(p, cfg) == _apply.peft_lora_params(p, cfg) - 50 * d * r
 
 
 @pytest.mark.jax_only
 def test_projections_match_the_abstract_tunix_model():
     for name in ("tiny", "gemma4_31b"):
         p = models.get_preset(name)
-        shapes = dict(L.tunix_weight_paths(name))
-        assert set(shapes) == {pr.tunix_path for pr in L.projections(p)}
-        for pr in L.projections(p):
+        shapes = dict(_apply.tunix_weight_paths(name))
+        assert set(shapes) == {pr.tunix_path for pr in _targets.projections(p)}
+        for pr in _targets.projections(p):
             size = int(np.prod(shapes[pr.tunix_path]))
             assert size == pr.in_features * pr.out_features * len(pr.hf_names), pr
 
@@ -151,16 +152,18 @@ def test_apply_lora_count_equals_peft_on_the_same_checkpoint(tiny_base, tiny_tun
     )
     peft_count, _ = pm.get_nb_trainable_parameters()
     # PEFT has a separate A for k_proj and v_proj; Tunix stacks K and V, Qwix shares A.
-    assert peft_count == L.peft_lora_params("tiny", cfg)
-    assert peft_count - qwix_count == L.kv_shared_a_params("tiny", cfg) == 5 * 128 * 4
+    assert peft_count == _apply.peft_lora_params("tiny", cfg)
+    assert peft_count - qwix_count == _apply.kv_shared_a_params("tiny", cfg) == 5 * 128 * 4
     assert not any(".v_proj" in n and "layers.5." in n for n in pm.targeted_module_names)
 
     # Every LoRA parameter sits on a targeted weight, with the Qwix shapes expected.
-    shapes = L.lora_param_shapes(lora_model)
+    shapes = _apply.lora_param_shapes(lora_model)
     assert shapes["layers/5/attn/k_einsum/w_lora_a"] == (128, 4)
     assert shapes["layers/5/attn/k_einsum/w_lora_b"] == (4, 2, 64)
     assert shapes["layers/0/attn/kv_einsum/w_lora_b"] == (4, 2, 4, 32)
-    assert {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in shapes} == {pr.tunix_path for pr in L.projections("tiny")}
+    assert {re.sub(r"/(w|kernel)_lora_[ab]$", "", k) for k in shapes} == {
+        pr.tunix_path for pr in _targets.projections("tiny")
+    }
 
 
 def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
@@ -193,7 +196,7 @@ def test_lora_starts_as_identity_and_dropout_is_live(tiny_tunix):
     assert float(jnp.abs(a - b).max()) > 1e-4  # Qwix's LoRA dropout draws new masks per call
 
     # the evaluation view: same LoRA weights, no dropout, deterministic
-    view = L.without_lora_dropout(drop, L.LoraConfig(rank=4, alpha=8.0, dropout=0.5), preset="tiny")
+    view = _apply.without_lora_dropout(drop, L.LoraConfig(rank=4, alpha=8.0, dropout=0.5), preset="tiny")
     c, d = view(**inputs)[0], view(**inputs)[0]
     np.testing.assert_array_equal(c, d)
     no_drop = L.apply_lora(tiny_tunix, L.LoraConfig(rank=4, alpha=8.0), preset="tiny")
@@ -238,7 +241,7 @@ def test_apply_lora_refuses_a_wrong_count():
     from tunix.models.gemma4 import model as gemma4
 
     small_cfg = models.get_preset("tiny").with_overrides(num_layers=5)  # no global layer
-    with pytest.raises(L.LoraApplicationError, match="need"):
+    with pytest.raises(_config.LoraApplicationError, match="need"):
         nnx.eval_shape(
             lambda: L.apply_lora(gemma4.Gemma4(small_cfg.tunix_config(), rngs=nnx.Rngs(0)), ALL7, preset="tiny")
         )
@@ -274,13 +277,13 @@ def test_parse_targets_reads_names_all_linear_and_regexes():
 @pytest.mark.jax_only
 def test_regex_coverage_is_what_qwix_really_creates(module_path):
     """coverage_rows evaluates the regex on our layer list; coverage_of_model reads Qwix's result."""
-    model = L.abstract_qwix_model("tiny", module_path, rank=4, alpha=8.0)
-    assert L.coverage_of_model(model, "tiny") == L.coverage_rows(module_path, "tiny")
-    matrix = L.coverage_matrix(L.coverage_of_model(model, "tiny"))
+    model = _apply.abstract_qwix_model("tiny", module_path, rank=4, alpha=8.0)
+    assert _apply.coverage_of_model(model, "tiny") == _targets.coverage_rows(module_path, "tiny")
+    matrix = _targets.coverage_matrix(_apply.coverage_of_model(model, "tiny"))
     assert matrix.shape == (6, 7) and matrix[5, 2] == -1  # no v_proj on the K = V layer
 
 
 def test_peft_count_on_the_meta_device_matches_the_formula():
     for targets in (L.HF_PROJECTIONS, ("q_proj", "o_proj"), "all-linear"):
         cfg = L.LoraConfig(rank=8, alpha=16.0, targets=targets)
-        assert L.peft_trainable_params("tiny", cfg) == L.peft_lora_params("tiny", cfg)
+        assert _apply.peft_trainable_params("tiny", cfg) == _apply.peft_lora_params("tiny", cfg)

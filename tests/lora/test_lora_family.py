@@ -19,6 +19,7 @@ import pytest
 
 from cookbook import core, models
 from cookbook import lora as L
+from cookbook.lora import _apply, _config, _targets
 
 TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -44,12 +45,12 @@ def test_all_linear_is_what_qwix_creates_with_no_kv_on_shared_layers(name):
     p = models.get_preset(name)
     cfg = _cfg("all-linear")
     model = L.abstract_lora_model(p, cfg)  # apply_lora itself checks the count against the table
-    shapes = L.lora_param_shapes(model)
+    shapes = _apply.lora_param_shapes(model)
     assert L.count_lora_params(model) == L.expected_lora_params(p, cfg) > 0
-    assert L.coverage_of_model(model, p) == L.lora_targets_by_layer(p, cfg)
+    assert _apply.coverage_of_model(model, p) == _targets.lora_targets_by_layer(p, cfg)
     assert not [k for k in shapes if _shared_kv(p, k)]
     adapted = {re.sub(r"/\w+_lora_[ab]$", "", k) for k in shapes}
-    assert adapted == {pr.tunix_path for pr in L.projections(p)}
+    assert adapted == {pr.tunix_path for pr in _targets.projections(p)}
     if p.per_layer_input_dim:
         assert shapes["embedder/per_layer_model_projection/w_lora_b"] == (RANK, p.num_layers, p.per_layer_input_dim)
         assert shapes[f"layers/{p.num_layers - 1}/per_layer_input_gate/w_lora_a"] == (p.embed_dim, RANK)
@@ -70,16 +71,16 @@ def test_all_linear_is_what_qwix_creates_with_no_kv_on_shared_layers(name):
 @pytest.mark.jax_only
 def test_kv_shared_layers_are_absent_not_missed():
     p = models.get_preset("tiny_e2b")
-    rows = L.lora_targets_by_layer(p, _cfg(ATTENTION))  # no coverage error: nothing is missed
+    rows = _targets.lora_targets_by_layer(p, _cfg(ATTENTION))  # no coverage error: nothing is missed
     first = p.first_kv_shared_layer
     assert [r["k_proj"] for r in rows[:-1]] == [True] * first + [None] * (p.num_layers - first)
     assert rows[-1]["layer"] == "model" and rows[-1]["per_layer_model_projection"] is False
-    by_kind = L.coverage_by_kind(rows)
+    by_kind = _targets.coverage_by_kind(rows)
     assert by_kind["sliding"]["v_proj"] == "4/4" and by_kind["global"]["k_proj"] == "1/1"
     path = L.qwix_module_path(_cfg(ATTENTION), p)
     assert "layers/(?:0|1|2|3|4)/attn/kv_einsum" in path  # named layers, not \d+ over unused modules
     assert L.hf_target_modules(path, p) == list(ATTENTION)
-    table = L.format_coverage(L.lora_targets_by_layer(p, _cfg("all-linear")))
+    table = _targets.format_coverage(_targets.lora_targets_by_layer(p, _cfg("all-linear")))
     assert len(table.splitlines()) == 1 + p.num_layers + 1 and "plmod" in table.splitlines()[0]
 
 
@@ -96,7 +97,7 @@ def test_kv_shared_layers_are_absent_not_missed():
 )
 def test_expert_targets_are_refused_naming_what_is_missing(targets):
     with pytest.raises(
-        L.LoraCoverageError,
+        _config.LoraCoverageError,
         match=r"name the MoE experts of preset 'tiny_26b_a4b'.*"
         r"target_parameters.*ragged_dot.*targets='all-linear'",
     ):
@@ -104,7 +105,7 @@ def test_expert_targets_are_refused_naming_what_is_missing(targets):
     # the dense branch beside the experts and the router are ordinary targets
     path = L.qwix_module_path(("gate_proj", "up_proj", "down_proj", "router.proj"), "tiny_26b_a4b")
     assert L.hf_target_modules(path, "tiny_26b_a4b") == ["gate_proj", "up_proj", "down_proj", "router.proj"]
-    with pytest.raises(L.LoraCoverageError, match="match no projection"):
+    with pytest.raises(_config.LoraCoverageError, match="match no projection"):
         L.qwix_module_path(("experts",), "tiny")  # a dense preset has no experts to refuse
 
 
@@ -146,12 +147,12 @@ def _flat(tree, prefix=""):
 @pytest.mark.parametrize("name", TWINS)
 def test_tunix_to_peft_and_back(name):
     p = models.get_preset(name)
-    shapes = L.lora_param_shapes(L.abstract_lora_model(p, _cfg("all-linear")))
+    shapes = _apply.lora_param_shapes(L.abstract_lora_model(p, _cfg("all-linear")))
     state = _random_state(shapes, seed=1, dtype=np.float64)
     peft = L.tunix_lora_to_peft(state, p, {"rank": RANK}, vllm_kv_copy=False, layout="multimodal")
     hf = models.expected_hf_shapes(p)
     modules = {k.removeprefix("base_model.model.").split(".lora_")[0] for k in peft}
-    assert modules == set(L.hf_module_names(p, "model.language_model."))
+    assert modules == set(_targets.hf_module_names(p, "model.language_model."))
     for key, value in peft.items():  # every tensor has its HF weight's shape
         out, inp = hf[key.removeprefix("base_model.model.").split(".lora_")[0] + ".weight"]
         assert value.shape == ((RANK, inp) if ".lora_A." in key else (out, RANK)), key
@@ -209,13 +210,13 @@ def test_qwix_count_equals_real_peft_on_the_transformers_twin(name, targets, twi
     )
     peft_count, _ = pm.get_nb_trainable_parameters()
     # PEFT gives K and V an A each where Tunix's stacked kv_einsum shares one: the only difference.
-    assert peft_count == L.peft_lora_params(p, cfg) == L.peft_trainable_params(p, cfg)
-    assert peft_count - qwix == L.kv_shared_a_params(p, cfg)
+    assert peft_count == _apply.peft_lora_params(p, cfg) == _apply.peft_trainable_params(p, cfg)
+    assert peft_count - qwix == _apply.kv_shared_a_params(p, cfg)
     # The very same modules: PEFT finds no k_proj/v_proj on KV-shared layers, and its
     # "all-linear" takes the per-layer-input projections and the router, never the experts.
     assert set(pm.targeted_module_names) == {
         n
-        for n in L.hf_module_names(p, "model.language_model.")
+        for n in _targets.hf_module_names(p, "model.language_model.")
         if isinstance(targets, str) or n.rsplit(".", 1)[-1] in targets
     }
     assert not any(".experts" in n for n in pm.targeted_module_names)
@@ -252,7 +253,7 @@ def test_apply_lora_on_4x2_mesh_starts_as_identity(name, twin_bases, mesh_4x2):
     p = models.get_preset(name)
     base = models.load_tunix_model(twin_bases[name], p, mesh=mesh_4x2)
     lm = L.apply_lora(base, _cfg("all-linear"), preset=p, mesh=mesh_4x2)
-    shapes = L.lora_param_shapes(lm)
+    shapes = _apply.lora_param_shapes(lm)
     assert L.count_lora_params(lm) == L.expected_lora_params(p, _cfg("all-linear"))
     assert not [k for k in shapes if _shared_kv(p, k)]
     tokens = models.random_text_tokens(p, 4, 96)

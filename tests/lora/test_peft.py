@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from cookbook import lora, models
+from cookbook.lora import _apply
 
 RANK, ALPHA = 8, 16.0
 PRESET = models.tiny()
@@ -21,7 +22,7 @@ PRESET = models.tiny()
 def shapes() -> dict[str, tuple[int, ...]]:
     """``"layers/5/attn/k_einsum/w_lora_a" -> shape`` of every LoRA parameter of tiny."""
     model = lora.abstract_lora_model(PRESET, lora.LoraConfig(rank=RANK, alpha=ALPHA, targets="all-linear"))
-    return lora.lora_param_shapes(model)
+    return _apply.lora_param_shapes(model)
 
 
 def _random_state(shapes, seed=0, dtype=np.float32) -> dict:
@@ -260,9 +261,9 @@ def test_write_peft_adapter(shapes, tmp_path):
 @pytest.fixture(scope="module")
 def lora_run(tiny_base):
     """A Tunix LoRA run with random non-zero A and B (cached; tests/merge/test_merge.py shares it)."""
-    from cookbook import merge
+    from cookbook.merge import _verify
 
-    return merge.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
+    return _verify.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
 
 
 def test_peft_round_trip(lora_run):

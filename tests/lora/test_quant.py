@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cookbook import lora, models
+from cookbook.lora import _quant
 
 pytestmark = pytest.mark.jax_only
 
@@ -41,7 +42,7 @@ def _quantized(model) -> dict[str, object]:
 def test_every_decoder_projection_is_quantized_whatever_the_targets(qlora_tiny):
     base, model = qlora_tiny
     quantized = _quantized(model)
-    assert sorted(quantized) == sorted(w.path for w in lora.quantized_weights("tiny"))
+    assert sorted(quantized) == sorted(w.path for w in _quant.quantized_weights("tiny"))
     assert not _quantized(base)  # the base model is left as it was
     assert {str(a.qvalue.dtype) for a in quantized.values()} == {"uint4"}
     from flax import nnx
@@ -53,14 +54,14 @@ def test_every_decoder_projection_is_quantized_whatever_the_targets(qlora_tiny):
 def test_quantized_bytes_are_what_qwix_stores(qlora_tiny):
     _, model = qlora_tiny
     arrays = _quantized(model).values()
-    got = lora.quantized_bytes("tiny", "nf4", 32)
+    got = _quant.quantized_bytes("tiny", "nf4", 32)
     assert got["scales"] == sum(a.scale.size * a.scale.dtype.itemsize for a in arrays)
     assert got["values"] * 2 == sum(a.qvalue.size for a in arrays)  # 4 bits each, packed two per byte
-    assert got["bf16"] == 2 * sum(math.prod(w.shape) for w in lora.quantized_weights("tiny"))
+    assert got["bf16"] == 2 * sum(math.prod(w.shape) for w in _quant.quantized_weights("tiny"))
 
 
 def test_31b_nf4_base_weighs_a_quarter_plus_scales():
-    got = lora.quantized_bytes("gemma4_31b", "nf4", 128)
+    got = _quant.quantized_bytes("gemma4_31b", "nf4", 128)
     assert got["values"] * 4 == got["bf16"]
     assert 0 < got["scales"] < got["values"] / 10  # fp32 scale per 128 weights: 1/16 of 4-bit values
 
@@ -77,7 +78,7 @@ def test_a_tile_that_does_not_divide_is_refused_before_anything_is_built():
     with pytest.raises(ValueError, match="unknown quantization 'int4'.*nf4, int8, fp8"):
         lora.check_quant_tile("tiny", "int4", 32)
     lora.check_quant_tile("tiny", "int8", None)  # per channel: fine
-    assert lora.working_tiles("gemma4_31b") == [32, 64, 128, 256]
+    assert _quant.working_tiles("gemma4_31b") == [32, 64, 128, 256]
 
 
 def test_qlora_on_the_moe_is_refused_in_one_line_before_anything_is_built(capsys):

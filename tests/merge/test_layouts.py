@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cookbook import merge, models
+from cookbook.merge import _verify
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_SHARD_GB = 0.002  # what tests/notebooks/test_nb_07_merge.py runs: the same cached merge
@@ -16,7 +17,7 @@ MAX_SHARD_GB = 0.002  # what tests/notebooks/test_nb_07_merge.py runs: the same 
 
 @pytest.fixture(scope="module")
 def run(tiny_base) -> Path:
-    return merge.ensure_random_lora_run("tiny", rank=8, alpha=16.0)
+    return _verify.ensure_random_lora_run("tiny", rank=8, alpha=16.0)
 
 
 def test_resolve_run_dir_takes_a_given_dir_or_notebook_06s_cached_run(tmp_path, monkeypatch):
@@ -86,7 +87,7 @@ def test_load_merge_bench_extrapolates_to_31b():
     bench = merge.load_merge_bench(path)
     raw = json.loads(path.read_text())
     assert bench.runs == raw["runs"] and bench.describe() == f"machine: {raw['machine']}"
-    assert bench.extrapolated == merge.extrapolate_merge(raw, "gemma4_31b")
+    assert bench.extrapolated == _verify.extrapolate_merge(raw, "gemma4_31b")
     assert bench.results() == {"extrapolated_31b": bench.extrapolated}
     assert bench.extrapolated["layers"] == 60
 
@@ -108,5 +109,5 @@ def test_verify_layouts_raises_when_a_layout_misses_the_bound(monkeypatch, tmp_p
     monkeypatch.setattr(_layouts, "verify_merge", lambda *a, **k: result(True))
     assert merge.verify_layouts(tmp_path, **kw).ok
     monkeypatch.setattr(_layouts, "verify_merge", lambda *a, **k: result(False))
-    with pytest.raises(merge.MergeMismatchError, match=r"'merged': 0\.01"):
+    with pytest.raises(_layouts.MergeMismatchError, match=r"'merged': 0\.01"):
         merge.verify_layouts(tmp_path, **kw)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cookbook import merge, models
+from cookbook.merge import _merge, _merge_cli, _outdir, _safetensors, _verify
 
 REPO = Path(__file__).resolve().parents[2]
 RANK, ALPHA = 8, 16.0
@@ -23,7 +24,7 @@ SHARD = 2 * 2**20  # tiny is ~7.8 MB: several output shards
 @pytest.fixture(scope="module")
 def lora_run(tiny_base) -> Path:
     """A Tunix LoRA run with random non-zero A and B (cached; notebook 07's test shares it)."""
-    return merge.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
+    return _verify.ensure_random_lora_run("tiny", rank=RANK, alpha=ALPHA)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def outputs(tiny_base, lora_run, tmp_path_factory) -> dict[str, Path]:
         ["merge", "--lora", str(lora_run), "--out", str(d / "text"), "--text-only", "--peft-out", str(d / "peft_text")]
     )
     assert rc == 0
-    merge.export_peft(lora_run, d / "peft_mm", layout="multimodal")
+    _merge.export_peft(lora_run, d / "peft_mm", layout="multimodal")
     return {
         "merged": d / "merged",
         "text": d / "text",
@@ -255,10 +256,10 @@ def test_out_over_an_input_or_a_foreign_dir_is_refused_and_nothing_deleted(tiny_
     old.mkdir()
     (old / ".cookbook-complete.json").write_text(json.dumps({"version": 1, "text_only": True, "max_shard_bytes": 1}))
     for out in (tmp_path / "empty", old, run / "merged" / "step1-text"):
-        assert merge.check_out_dir(out, inputs=inputs, overwrite=True) == out
+        assert _outdir.check_out_dir(out, inputs=inputs, overwrite=True) == out
     (old / ".cookbook-complete.json").write_text(json.dumps({"preset": "tiny", "seed": 0}))  # a base's record
     with pytest.raises(FileExistsError, match="not an earlier output"):
-        merge.check_out_dir(old, inputs=inputs, overwrite=True)
+        _outdir.check_out_dir(old, inputs=inputs, overwrite=True)
 
 
 def test_base_with_other_weights_is_refused_by_content(tiny_base, lora_run, tmp_path):
@@ -273,10 +274,10 @@ def test_base_with_other_weights_is_refused_by_content(tiny_base, lora_run, tmp_
     _edit_metadata(run, base_fingerprint=models.fingerprint(tiny_base))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        merge.plan_merge(copy, merge.open_lora_checkpoint(run))  # a copy of the same base: no word
+        _merge.plan_merge(copy, merge.open_lora_checkpoint(run))  # a copy of the same base: no word
     _edit_metadata(run, base_fingerprint=None)  # recorded before fingerprints: the path, as before
     with pytest.warns(UserWarning, match="make sure they hold the same weights"):
-        merge.plan_merge(copy, merge.open_lora_checkpoint(run))
+        _merge.plan_merge(copy, merge.open_lora_checkpoint(run))
 
 
 @pytest.mark.parametrize("which", ["merged", "peft", "text_only_base"])
@@ -365,10 +366,10 @@ def test_ensure_merged_is_cached(lora_run, tmp_path):
 
 def test_plan_shards_and_sizes():
     ref = lambda n: merge.TensorRef(name="x", path=Path("f"), dtype="U8", shape=(n,), offset=0, nbytes=n)  # noqa: E731
-    groups = merge.plan_shards([merge.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
+    groups = _safetensors.plan_shards([merge.OutTensor(name=str(i), src=ref(n)) for i, n in enumerate([3, 3, 9, 1])], 6)
     assert [[t.name for t in g] for g in groups] == [["0", "1"], ["2"], ["3"]]
-    assert merge.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert merge.parse_size("5GB") == 5 * 10**9 and merge.parse_size("256KiB") == 256 * 1024
+    assert _safetensors.shard_names(2) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert _merge_cli.parse_size("5GB") == 5 * 10**9 and _merge_cli.parse_size("256KiB") == 256 * 1024
 
 
 @pytest.mark.slow
@@ -389,7 +390,7 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
         for hf in lora.TUNIX_TO_HF_MODULES[pair.module]:
             if pair.module == "attn.k_einsum" and hf.endswith("v_proj"):
                 continue
-            covered[f"model.layers.{pair.layer}.{hf}.weight"] = merge.hf_module_shape(pair, hf)
+            covered[f"model.layers.{pair.layer}.{hf}.weight"] = _merge.hf_module_shape(pair, hf)
     projections = {k: v for k, v in expected.items() if k.endswith("_proj.weight")}
     assert covered == projections
     assert sum(k.endswith("v_proj.weight") for k in covered) == len(p.sliding_layers)
@@ -410,7 +411,7 @@ def test_generation_config_stops_on_every_gemma4_stop_token(tiny_base, tmp_path)
     generation_config.json lists fewer (config.json says [1, 106]) or has none gets the rest."""
     from cookbook.models import _tokenizer
 
-    want = [_tokenizer.SPECIAL_TOKEN_IDS[t] for t in merge.STOP_TOKENS]
+    want = [_tokenizer.SPECIAL_TOKEN_IDS[t] for t in _merge.STOP_TOKENS]
     assert want == _tokenizer.stop_token_ids()
     base = Path(shutil.copytree(tiny_base, tmp_path / "base", ignore=shutil.ignore_patterns(".*")))
     gen = base / "generation_config.json"
@@ -432,9 +433,10 @@ def test_the_31b_extrapolation_summary_in_readable_units():
     """Notebook 07's table of the committed 31B-width benchmark: bf16 bytes of 31B's parameters,
     minutes from seconds, and NaN, not a KeyError, for a figure the benchmark did not measure."""
     from cookbook import merge, models
+    from cookbook.merge import _verify
 
     bench = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/merge_bench.json").read_text())
-    extrap = merge.extrapolate_merge(bench, "gemma4_31b")
+    extrap = _verify.extrapolate_merge(bench, "gemma4_31b")
     summary = merge.extrapolation_summary(extrap)
     assert summary["model GB"] == pytest.approx(2 * models.get_preset("gemma4_31b").num_params() / 1e9)
     assert summary["merge minutes (extrapolated)"] * 60 == pytest.approx(extrap["merge_seconds"])

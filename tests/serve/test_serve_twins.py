@@ -14,6 +14,7 @@ import pytest
 import twins
 
 from cookbook import data, merge, models, serve, train
+from cookbook.serve import _check, _server
 
 
 @pytest.mark.slow
@@ -33,7 +34,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
     ev = twins.jax_eval(name)  # before the server starts: not computed beside ~3 GB of vLLM
     rows = ev["rows"]
     tokenizer = AutoTokenizer.from_pretrained(str(merged))
-    server = serve.start_server(
+    server = _server.start_server(
         serve.ServeConfig(
             model_dir=str(model_dir),
             served_model_name=served_name,
@@ -48,7 +49,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
         served = serve.served_exact_match(client, name, tokenizer, rows)
         prompts = [data.prompt_ids(tokenizer, r) for r in rows[:3]]
         budget = data.answer_budget(tokenizer, rows, slack=8)
-        greedy = serve.served_completions(client, name, prompts, max_tokens=budget)
+        greedy = _check.served_completions(client, name, prompts, max_tokens=budget)
     finally:
         left = server.stop()
     assert left == []  # every process of the server gone
@@ -61,7 +62,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
     jax_rows = [data.exact_match(c, r) for c, r in zip(ev["tuned"]["completions"], rows, strict=True)]
     assert served["per_row"] == jax_rows
     assert served["accuracy"] == ev["tuned"]["accuracy"] > 0
-    parity = serve.compare_greedy(greedy, serve.hf_greedy(merged, prompts, max_new_tokens=budget))
+    parity = _check.compare_greedy(greedy, _check.hf_greedy(merged, prompts, max_new_tokens=budget))
     assert parity["all_equal"], parity["first_difference"]
 
 
@@ -76,4 +77,4 @@ def test_lora_on_the_moe_twin_is_refused_before_starting(tiny_26b_a4b_base, tmp_
     with pytest.raises(
         serve.ServeError, match=r"experts \(MoE\).*serve the merged checkpoint.*ensure_merged.*without --lora"
     ):
-        serve.start_server(config)
+        _server.start_server(config)

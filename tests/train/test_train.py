@@ -63,25 +63,26 @@ def test_presets_carry_the_papers_hyperparameters():
 
 @pytest.mark.jax_only
 def test_the_random_twins_train_with_the_cpu_recipe_on_their_own_structure():
-    from cookbook import harness, models
+    from cookbook import models
+    from cookbook.harness import _cli
 
     tiny = train.train_preset("tiny")
     for twin in ("tiny_e2b", "tiny_26b_a4b"):
         assert models.get_preset(twin).twin_of and train.recipe_of(twin) == "tiny"
         config = train.train_preset(twin)
         assert config.model_preset == twin and config.replace(model_preset="tiny") == tiny
-        args = harness.build_parser("train").parse_args(["train", "--preset", twin])
+        args = _cli.build_parser("train").parse_args(["train", "--preset", twin])
         assert train.config_from_args(args) == config
     # A preset with no recipe of its own (every released size has one: tests/fit/test_search.py)
     # is refused, naming the way out.
     assert train.recipe_of("small") is None
     with pytest.raises(ValueError, match="--recipe tiny"):
-        train.config_from_args(harness.build_parser("train").parse_args(["train", "--preset", "small"]))
+        train.config_from_args(_cli.build_parser("train").parse_args(["train", "--preset", "small"]))
 
 
 @pytest.mark.jax_only
 def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp_path):
-    from cookbook import harness
+    from cookbook.harness import _cli
 
     data_file = tmp_path / "rows.jsonl"
     data_file.write_text('{"q": "a", "a": "b"}\n')
@@ -96,11 +97,11 @@ def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp
         "--columns",
         "prompt=q,response=a",
     ]
-    config = train.config_from_args(harness.build_parser("train").parse_args(argv))
+    config = train.config_from_args(_cli.build_parser("train").parse_args(argv))
     assert (config.data.data_format, config.data.columns) == ("columns", {"prompt": "q", "response": "a"})
     command = train.cli_command(config, out="runs/x")
     assert "--format columns --columns prompt=q,response=a" in command
-    again = train.config_from_args(harness.build_parser("train").parse_args(command.split()[1:]))
+    again = train.config_from_args(_cli.build_parser("train").parse_args(command.split()[1:]))
     assert again == config and train.TrainConfig.from_dict(config.to_dict()) == config
     assert train.cache_key(config) != train.cache_key(
         config.replace(data=dataclasses.replace(config.data, columns="prompt=a,response=q"))
@@ -141,7 +142,7 @@ def test_config_round_trip_and_cache_key(tiny_base):
 
 @pytest.mark.jax_only
 def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_base):
-    from cookbook import harness
+    from cookbook.harness import _cli
 
     plain, thinking = train.train_preset("tiny"), train.train_preset("tiny", sample_task="thinking")
     # The plain recipe is what it was: no new field in its recipe.json or its cache key.
@@ -157,7 +158,7 @@ def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_bas
     assert [data.answer_of(r) for r in rows[:50]] == [data.answer_of(r) for r in train.train_rows(plain)[:50]]
     assert all(data.thought_of(r) for r in rows) and all(data.thought_of(r) for r in train.eval_rows(thinking))
     # The command line: --sample-task thinking is that recipe, and a config writes itself back as it.
-    parse = harness.build_parser("train").parse_args
+    parse = _cli.build_parser("train").parse_args
     assert train.config_from_args(parse(["train", "--preset", "tiny"])) == plain
     assert train.config_from_args(parse(["train", "--preset", "tiny", "--sample-task", "thinking"])) == thinking
     command = train.cli_command(thinking, out="runs/t")
@@ -297,10 +298,10 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
     assert json.loads(rerun.stdout.strip().splitlines()[-1])["final_step"] == 12
 
     # The same command, uninterrupted (in this process: the same code path as the CLI).
-    from cookbook import harness
+    from cookbook.harness import _cli
 
     straight = tmp_path / "straight"
-    args = harness.build_parser("train").parse_args(_cli_command(straight)[3:])
+    args = _cli.build_parser("train").parse_args(_cli_command(straight)[3:])
     train.train(train.config_from_args(args), straight, progress=False)
 
     got = train.lora_arrays(train.restore_lora_model(killed))
@@ -320,9 +321,10 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
 @pytest.mark.jax_only
 def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys):
     from cookbook import harness
+    from cookbook.harness import _cli
 
     with pytest.raises(ValueError, match="FSDPxTP"):
-        args = harness.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
+        args = _cli.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
         train.config_from_args(args)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n" * 5 + json.dumps({"prompt": "a", "completion": "b"}) + "\n")
@@ -501,9 +503,10 @@ def test_qlora_on_the_default_preset_takes_a_tile_that_fits_it_and_says_so(capsy
     tile is the largest up to 128 that divides every quantized weight (tiny: 32; 128 does not
     divide its widths and used to be refused), printed on stderr so --show-config stays JSON."""
     from cookbook import fit, harness, lora
+    from cookbook.lora import _quant
 
     assert lora.default_quant_tile("tiny") == 32 and lora.default_quant_tile("gemma4_31b") == 128
-    assert 128 not in lora.working_tiles("tiny")
+    assert 128 not in _quant.working_tiles("tiny")
     assert harness.main(["train", "--preset", "tiny", "--quantize", "nf4", "--show-config"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["quant_tile"] == 32 and "QLoRA tile 32" in err
