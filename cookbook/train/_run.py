@@ -127,7 +127,7 @@ def recipe(config: TrainConfig, base_dir: str | Path) -> dict[str, Any]:
     return run.recipe
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class TrainedRun(os.PathLike):
     """A finished run (:func:`cookbook.train.ensure_trained`): its directory, the config it trained
     and what its ``summary.json`` recorded. A path-like: ``Path(run)`` and ``run / name`` are in
@@ -146,9 +146,22 @@ class TrainedRun(os.PathLike):
     def __truediv__(self, other: str | os.PathLike) -> Path:
         return self.path / other
 
-    @property
-    def name(self) -> str:
-        return self.path.name
+    def __getattr__(self, attr: str) -> Any:
+        # Everything else a pathlib.Path has (is_dir, exists, parent, resolve, glob, ...), so a
+        # caller written for ``ensure_trained``'s earlier Path keeps working.
+        if attr.startswith("__") or attr in ("path", "config", "summary"):
+            raise AttributeError(attr)
+        return getattr(self.path, attr)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TrainedRun):
+            return self.path == other.path
+        if isinstance(other, (str, os.PathLike)):
+            return self.path == Path(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.path)
 
     @classmethod
     def finished(cls, run: Run, path: Path) -> TrainedRun:

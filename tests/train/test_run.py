@@ -63,6 +63,9 @@ def test_ensure_trained_returns_the_finished_run_typed_and_path_like(monkeypatch
     # the config it trained, with the base it trained on: what config_of_run reads back
     assert done.config == train.config_of_run(done) == config.replace(base_dir=str(tiny_base.resolve()))
     assert train.checkpoint_steps(done) == []  # every run-directory reader takes it as a path
+    # and what a caller of the earlier Path result did with it
+    assert done == run.cache_dir and done.is_dir() and done.parent == run.cache_dir.parent
+    assert {done: 1}[run.cache_dir] == 1 and done.resolve() == run.cache_dir.resolve()
 
 
 def test_an_unfinished_run_is_trained_into_the_cache_directory(monkeypatch, tmp_path, tiny_base):
