@@ -19,14 +19,7 @@ from cookbook.evaluate._generate import (  # noqa: F401
     transformers_samples,
     tunix_samples,
 )
-from cookbook.evaluate._held_out import (  # noqa: F401
-    before_after,
-    format_judged,
-    greedy_sampling,
-    held_out_greedy,
-    judge_rewrites,
-    thinking_variant,
-)
+from cookbook.evaluate._held_out import greedy_sampling, held_out_greedy  # noqa: F401
 from cookbook.evaluate._problems import (  # noqa: F401
     REF_MODULE,
     Problem,
@@ -48,6 +41,12 @@ from cookbook.evaluate._score import (  # noqa: F401
     score_generation,
     score_greedy,
     write_completions,
+)
+from cookbook.evaluate._sections import (  # noqa: F401
+    metric_examples,
+    score_base_model,
+    score_fine_tuned,
+    score_thinking_variant,
 )
 from cookbook.evaluate._served import served_adapters  # noqa: F401
 from cookbook.evaluate._simulate import (  # noqa: F401

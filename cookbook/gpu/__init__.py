@@ -11,11 +11,9 @@ from cookbook.gpu._recipe import (  # noqa: F401
     accelerate_fsdp_config,
     derive_gpu_recipe,
     gpu_batch_layout,
-    launch_command,
     peft_target_regex,
     write_gpu_recipe,
 )
-from cookbook.gpu._recipe_cli import format_summary, summary  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_cli import register_cli as add_gpu_recipe_parser  # noqa: E402, F401, I001
 from cookbook.gpu._recipe_dir import RECIPE_FILES, check_recipe_dir  # noqa: E402, F401, I001
 from cookbook.gpu._rl_parity import (  # noqa: E402, F401, I001
@@ -30,3 +28,4 @@ from cookbook.gpu._rl_recipe import (  # noqa: E402, F401, I001
     rl_summary,
     write_gpu_rl_recipe,
 )
+from cookbook.gpu._sections import write_recipe_for  # noqa: E402, F401, I001

@@ -12,7 +12,7 @@ from cookbook.train._config import (  # noqa: F401
     train_preset,
 )
 from cookbook.train._evaluate import evaluate, qlora_twin  # noqa: F401
-from cookbook.train._pod import pod_commands, train_on_local_processes  # noqa: E402, F401, I001
+from cookbook.train._pod import pod_commands  # noqa: E402, F401, I001
 from cookbook.train._run import Run, TrainedRun, cache_key, prepare, recipe  # noqa: F401
 from cookbook.train._runs import (  # noqa: F401
     CHECKPOINT_DIRS,
@@ -33,4 +33,5 @@ from cookbook.train._runs import (  # noqa: F401
     run_summary,
     train_rows,
 )
+from cookbook.train._sections import multihost, reproducibility, rerun, run_overview, runtime_advice  # noqa: F401
 from cookbook.train._trainer import NonFiniteLossError, ensure_trained, train  # noqa: F401
