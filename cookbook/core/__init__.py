@@ -1,17 +1,10 @@
 """Shared foundations: the tables and checks every stage reads, in one place each."""
 
-from cookbook.core import compat  # noqa: F401  (the reaches into libraries; compat.install())
-from cookbook.core._cli_errors import (  # noqa: F401
-    OneLineParser,
-    one_line,
-    os_errors,
-    user_errors,
-)
-from cookbook.core._files import fill_once  # noqa: F401
-from cookbook.core._hardware import (  # noqa: F401
+from cookbook.core import compat  # the reaches into libraries: compat.install() at entry points
+from cookbook.core._cli_errors import OneLineParser, one_line, os_errors, user_errors
+from cookbook.core._files import fill_once
+from cookbook.core._hardware import (
     CHIPS,
-    PAPER,
-    PAPER_DATE,
     PAPER_TRAINING_RUNS,
     PLATFORMS,
     PRICES,
@@ -27,33 +20,74 @@ from cookbook.core._hardware import (  # noqa: F401
     platform_of_slice,
     price_table,
 )
-from cookbook.core._numerics import (  # noqa: F401
+from cookbook.core._numerics import (
     CONTROL_SEPARATION,
-    PARITY_FACTOR,
     REFERENCE_TORCH_THREADS,
-    Float32Floor,
-    check_separated,
     compare,
     float32_floor,
     merge_floors,
     summation_bound,
     torch_threads,
 )
-from cookbook.core._runtime import (  # noqa: F401
+from cookbook.core._runtime import (
     CPU_GLIBC_TUNABLES,
-    DEFAULT_CACHE,
     GC_YOUNG_THRESHOLD,
-    LIBTPU_NO_CHIPS_NOISE,
     REPO_ROOT,
     RESULTS_DIR,
     cache_root,
     commit_arrays,
-    compile_cache_dir,
     compile_cache_off,
     libtpu_first_load_quiet,
     on_tpu_host,
-    prune_compile_cache,
     prune_oldest,
     setup_runtime_env,
     to_jsonable,
 )
+
+__all__ = [
+    # the process: its environment set once before JAX starts, where caches and results live
+    "setup_runtime_env",
+    "on_tpu_host",
+    "libtpu_first_load_quiet",
+    "compile_cache_off",
+    "CPU_GLIBC_TUNABLES",
+    "GC_YOUNG_THRESHOLD",
+    "REPO_ROOT",
+    "RESULTS_DIR",
+    "cache_root",
+    "prune_oldest",
+    "fill_once",
+    "commit_arrays",
+    "to_jsonable",
+    # the hardware table: chips, slices, platforms and their prices
+    "CHIPS",
+    "SLICES",
+    "SliceSpec",
+    "get_slice",
+    "cpu_slice",
+    "chip_of",
+    "platform_of_slice",
+    "PLATFORMS",
+    "PRICES",
+    "PRICING_KINDS",
+    "UnknownPriceError",
+    "get_price",
+    "parse_price_overrides",
+    "price_table",
+    "PAPER_TRAINING_RUNS",
+    # numerical checks: float32 floors measured against float64, and their controls
+    "compare",
+    "float32_floor",
+    "merge_floors",
+    "summation_bound",
+    "CONTROL_SEPARATION",
+    "REFERENCE_TORCH_THREADS",
+    "torch_threads",
+    # errors on the command line: one actionable line, not a traceback
+    "OneLineParser",
+    "one_line",
+    "user_errors",
+    "os_errors",
+    # the reaches into libraries' private APIs and the patches (compat.install())
+    "compat",
+]

@@ -55,7 +55,7 @@ def format_examples() -> list[dict[str, Any]]:
 
 
 def format_example_checks(view: dict[str, Any]) -> dict[str, bool]:
-    """On ``cookbook.data.inspect``'s view of :func:`format_examples`: the thought is trained, the
+    """On ``cookbook.data._cli.inspect``'s view of :func:`format_examples`: the thought is trained, the
     tool call is trained, the tool's response is shown but not trained."""
     rows = view["rows"]
     trained = ["".join(r["text"][a:b] for a, b in r["trained_spans"]) for r in rows]

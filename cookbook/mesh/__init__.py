@@ -6,33 +6,45 @@ meshes; ``_plan`` holds notebook 01's steps as typed results; ``_distributed`` s
 multi-controller runtime and checks a global mesh across processes. The slices themselves are the hardware table's (``cookbook.core``).
 """
 
-from cookbook.core import SLICES, chip_of, get_slice  # noqa: F401
-from cookbook.mesh._distributed import (  # noqa: F401
-    check_same_everywhere,
-    initialize_distributed,
-    run_local_multiprocess,
-    sharded_checksum,
-)
-from cookbook.mesh._launch import launch_local, process_env  # noqa: E402, F401, I001
-from cookbook.mesh._launch import register_cli as register_launch_cli  # noqa: E402, F401, I001
-from cookbook.mesh._mesh import (  # noqa: F401
-    MeshError,
+from cookbook.mesh._distributed import check_same_everywhere, initialize_distributed
+from cookbook.mesh._launch import launch_local
+from cookbook.mesh._launch import register_cli as register_launch_cli
+from cookbook.mesh._mesh import (
     choose_mesh,
     make_mesh,
     max_tp,
     mesh_for_devices,
-    mesh_rules,
     valid_meshes,
     validate_mesh,
 )
+from cookbook.mesh._plan import check_on_devices, plan_mesh, refuse_too_wide_mesh, simulate_hosts, tp_limit
+from cookbook.mesh._runtime import detect_runtime, use_fake_cpu_devices
+from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table
 
-# Notebook 01's steps, each a typed result
-from cookbook.mesh._plan import (  # noqa: E402, F401, I001
-    check_on_devices,
-    plan_mesh,
-    refuse_too_wide_mesh,
-    simulate_hosts,
-    tp_limit,
-)
-from cookbook.mesh._runtime import Runtime, detect_runtime, use_fake_cpu_devices  # noqa: F401
-from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table  # noqa: E402, F401, I001
+__all__ = [
+    # what this process runs on
+    "detect_runtime",
+    "use_fake_cpu_devices",
+    # notebook 01's steps, each a typed result
+    "tp_limit",
+    "plan_mesh",
+    "refuse_too_wide_mesh",
+    "check_on_devices",
+    "simulate_hosts",
+    "slice_table",
+    "slice_meshes",
+    "plot_slices",
+    # the (fsdp, tp) mesh: the divisibility rules, building and choosing one
+    "make_mesh",
+    "mesh_for_devices",
+    "choose_mesh",
+    "valid_meshes",
+    "validate_mesh",
+    "max_tp",
+    # several processes: JAX's multi-controller start-up, one global mesh
+    "initialize_distributed",
+    "check_same_everywhere",
+    "launch_local",
+    # the command line (cookbook launch)
+    "register_launch_cli",
+]

@@ -13,6 +13,7 @@ import jax
 import pytest
 
 from cookbook import core
+from cookbook.core import _numerics
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -320,7 +321,7 @@ def test_tunix_moe_routes_on_the_residual_like_transformers():
     ref32, ref64 = _moe_reference(layer, residual, np.float32), _moe_reference(layer, residual, np.float64)
     floor = core.float32_floor(ref32, ref64)
     assert core.compare(fixed, ref64, floor)["ok"], core.compare(fixed, ref64, floor)
-    core.check_separated(core.compare(tunix_own, ref64, floor), "Tunix 0.1.7's own MoE routing")
+    _numerics.check_separated(core.compare(tunix_own, ref64, floor), "Tunix 0.1.7's own MoE routing")
     # The parameter tree is Tunix's own: what the loader fills and checkpoints hold is unchanged.
     assert type(layer.moe).__mro__[1] is gemma4_moe.MoERagged
     assert [str(k) for k, _ in nnx.state(layer.moe).flat_state()] == [

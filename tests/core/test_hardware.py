@@ -5,6 +5,7 @@ import math
 import pytest
 
 from cookbook import core
+from cookbook.core import _hardware
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -58,7 +59,7 @@ def test_the_sourced_prices_are_the_papers_and_the_rest_list_price_per_chip_hour
         (name, "on_demand"): usd for name, usd in PAPER_ON_DEMAND.items()
     }
     for p in sourced.values():
-        assert p.source == core.PAPER and p.as_of == core.PAPER_DATE
+        assert p.source == _hardware.PAPER and p.as_of == _hardware.PAPER_DATE
     # Every other TPU slice: the list price per chip-hour times its chips (not its devices), on demand.
     derived = {p.platform: p for p in core.PRICES if p.known and p.source.startswith("derived")}
     assert set(derived) == {core.platform_of_slice(s) for s in core.SLICES} - set(PAPER_ON_DEMAND)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cookbook import core
+from cookbook.core import _numerics
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -39,8 +40,8 @@ def test_float32_floor_measures_a_known_perturbation():
     assert floor.max_abs == pytest.approx(3e-4, rel=1e-9)
     assert floor.mean_abs == pytest.approx(4e-4 / 40, rel=1e-9)
     assert floor.scale == 5.0
-    assert floor.max_bound == pytest.approx(core.PARITY_FACTOR * 3e-4)
-    assert floor.mean_bound == pytest.approx(core.PARITY_FACTOR * 1e-5)
+    assert floor.max_bound == pytest.approx(_numerics.PARITY_FACTOR * 3e-4)
+    assert floor.mean_bound == pytest.approx(_numerics.PARITY_FACTOR * 1e-5)
     d = floor.as_dict()
     assert d["floor_max_abs"] == floor.max_abs and d["bound_mean_abs"] == floor.mean_bound
     assert set(d) == {"floor_max_abs", "floor_mean_abs", "scale", "bound_max_abs", "bound_mean_abs"}
@@ -61,9 +62,9 @@ def test_float32_floor_refuses_mismatched_or_empty_inputs():
 
 
 def test_merge_floors_takes_each_largest_field():
-    a = core.Float32Floor(max_abs=1.0, mean_abs=0.5, scale=2.0)
-    b = core.Float32Floor(max_abs=3.0, mean_abs=0.1, scale=1.0)
-    c = core.Float32Floor(max_abs=0.2, mean_abs=0.2, scale=7.0)
+    a = _numerics.Float32Floor(max_abs=1.0, mean_abs=0.5, scale=2.0)
+    b = _numerics.Float32Floor(max_abs=3.0, mean_abs=0.1, scale=1.0)
+    c = _numerics.Float32Floor(max_abs=0.2, mean_abs=0.2, scale=7.0)
     merged = core.merge_floors(a, b, c)
     assert (merged.max_abs, merged.mean_abs, merged.scale) == (3.0, 0.5, 7.0)
 
@@ -79,12 +80,12 @@ def test_compare_passes_two_float32_orders_and_fails_a_wrong_candidate():
     assert (good["bound_max_abs"], good["bound_mean_abs"]) == (floor.max_bound, floor.mean_bound)
     bad = core.compare(bad32, ref32, floor)
     assert not bad["ok"] and bad["max_over_bound"] > 1
-    core.check_separated(bad, "one weight off by 1 %")  # far enough to prove the check works
+    _numerics.check_separated(bad, "one weight off by 1 %")  # far enough to prove the check works
 
 
 def test_compare_ok_flips_exactly_at_the_bounds():
     ref = np.zeros(100)
-    floor = core.Float32Floor(max_abs=1e-3, mean_abs=1e-4, scale=1.0)  # bounds 4e-3 and 4e-4
+    floor = _numerics.Float32Floor(max_abs=1e-3, mean_abs=1e-4, scale=1.0)  # bounds 4e-3 and 4e-4
     one = np.zeros(100)
     one[7] = 0.9 * floor.max_bound  # under the max bound; mean 3.6e-5, under its bound
     assert core.compare(one, ref, floor)["ok"]
@@ -100,7 +101,7 @@ def test_compare_ok_flips_exactly_at_the_bounds():
 
 
 def test_compare_against_a_zero_floor():
-    zero = core.Float32Floor(max_abs=0.0, mean_abs=0.0, scale=0.0)
+    zero = _numerics.Float32Floor(max_abs=0.0, mean_abs=0.0, scale=0.0)
     assert core.compare(np.ones(3), np.ones(3), zero)["ok"]
     r = core.compare(np.ones(3) + 1e-12, np.ones(3), zero)
     assert not r["ok"] and r["max_over_bound"] == math.inf
@@ -108,15 +109,15 @@ def test_compare_against_a_zero_floor():
 
 def test_check_separated_refuses_a_control_that_is_too_close():
     ref = np.zeros(10)
-    floor = core.Float32Floor(max_abs=1e-3, mean_abs=1e-3, scale=1.0)
+    floor = _numerics.Float32Floor(max_abs=1e-3, mean_abs=1e-3, scale=1.0)
     near = core.compare(np.full(10, 10 * floor.max_bound), ref, floor)
     with pytest.raises(AssertionError, match=r"base without LoRA .* only 10 x the bound"):
-        core.check_separated(near, "base without LoRA")
+        _numerics.check_separated(near, "base without LoRA")
     far = core.compare(np.full(10, 1.01 * core.CONTROL_SEPARATION * floor.max_bound), ref, floor)
-    core.check_separated(far)  # just past CONTROL_SEPARATION bounds away is enough
+    _numerics.check_separated(far)  # just past CONTROL_SEPARATION bounds away is enough
     just_under = core.compare(np.full(10, 0.99 * core.CONTROL_SEPARATION * floor.max_bound), ref, floor)
     with pytest.raises(AssertionError, match="needs >= 100"):
-        core.check_separated(just_under)
+        _numerics.check_separated(just_under)
 
 
 def _exact_sum(values) -> float:

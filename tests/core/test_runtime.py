@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cookbook import core
+from cookbook.core import _runtime
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -22,7 +23,7 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path / "c"))
     assert core.cache_root() == tmp_path / "c"
     monkeypatch.delenv("COOKBOOK_CACHE")
-    assert core.cache_root() == Path.home() / ".cache" / "gemma4-cookbook" == core.DEFAULT_CACHE
+    assert core.cache_root() == Path.home() / ".cache" / "gemma4-cookbook" == _runtime.DEFAULT_CACHE
 
 
 def test_repo_paths_point_into_this_checkout():
@@ -195,11 +196,11 @@ def test_compiled_functions_persist_across_processes_under_the_cache_root(tmp_pa
 def test_compile_cache_dir_names_where_it_is(monkeypatch, tmp_path):
     monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path / "c"))
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    assert core.compile_cache_dir() == tmp_path / "c" / "jax-compile"
+    assert _runtime.compile_cache_dir() == tmp_path / "c" / "jax-compile"
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
-    assert core.compile_cache_dir() == tmp_path / "mine"
+    assert _runtime.compile_cache_dir() == tmp_path / "mine"
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")
-    assert core.compile_cache_dir() is None
+    assert _runtime.compile_cache_dir() is None
 
 
 class _Result:
@@ -291,12 +292,12 @@ def test_the_compile_cache_is_pruned_oldest_first_once_per_process_not_on_every_
         (d / f"k{i}-cache").write_bytes(b"x" * 100)
         (d / f"k{i}-atime").write_bytes(b"t" * 8)
         os.utime(d / f"k{i}-cache", (now - 100 + i, now - 100 + i))
-    assert core.prune_compile_cache(d, max_bytes=1000) == 0  # at the cap: nothing goes
-    assert core.prune_compile_cache(d, max_bytes=500) == 600  # down to 80% of 500: the 6 oldest
+    assert _runtime.prune_compile_cache(d, max_bytes=1000) == 0  # at the cap: nothing goes
+    assert _runtime.prune_compile_cache(d, max_bytes=500) == 600  # down to 80% of 500: the 6 oldest
     assert sorted(p.name for p in d.iterdir()) == sorted(f"k{i}-{s}" for i in range(6, 10) for s in ("cache", "atime"))
     monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(d))
-    monkeypatch.setattr(core.prune_compile_cache, "__defaults__", (300,))  # a cap of 300 bytes
+    monkeypatch.setattr(_runtime.prune_compile_cache, "__defaults__", (300,))  # a cap of 300 bytes
     core.setup_runtime_env()
     assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"
     assert sorted(p.name for p in d.glob("*-cache")) == ["k8-cache", "k9-cache"]
@@ -328,7 +329,7 @@ def test_libtpu_first_load_drops_its_no_chips_noise_only(mode):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["8"]
     assert "kept: a line of our own" in done.stderr
-    noisy = [n for n in core.LIBTPU_NO_CHIPS_NOISE if n in done.stderr]
+    noisy = [n for n in _runtime.LIBTPU_NO_CHIPS_NOISE if n in done.stderr]
     if mode == "quiet":
         assert noisy == [] and "E0000" not in done.stderr, done.stderr
     else:

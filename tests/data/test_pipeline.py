@@ -263,6 +263,7 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
     from flax import nnx
 
     from cookbook import core, models
+    from cookbook.core import _numerics
 
     model = models.load_tunix_model(tiny_base, models.get_preset("tiny"))
     forward = nnx.jit(lambda m, tokens, positions, mask: m(tokens, positions, None, mask)[0])
@@ -290,7 +291,7 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
     # Control: with a plain causal mask the second example sees the first, and differs.
     causal = jnp.tril(jnp.ones((128, 128), bool))[None]
     leaky = forward(model, jnp.asarray(inputs["input_tokens"]), jnp.asarray(inputs["positions"]), causal)
-    core.check_separated(
+    _numerics.check_separated(
         core.compare(np.asarray(leaky[0])[seg == 2], np.asarray(packed[0])[seg == 2], floors[2]),
         "causal mask across examples",
     )

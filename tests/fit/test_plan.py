@@ -278,9 +278,10 @@ def test_cli_recommended_prints_the_layout_as_json(capsys):
 @pytest.mark.jax_only
 def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
     from cookbook import core, models
+    from cookbook.core import _runtime
 
     monkeypatch.delenv("COOKBOOK_CACHE", raising=False)  # the default root: ~/.cache/gemma4-cookbook
-    assert core.cache_root() == core.DEFAULT_CACHE
+    assert core.cache_root() == _runtime.DEFAULT_CACHE
     path = fit.plan_cache_path(fit.PlanConfig(**TINY))
     assert path.is_relative_to(core.cache_root()) and models.default_base_dir("tiny").is_relative_to(core.cache_root())
 

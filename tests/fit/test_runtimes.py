@@ -11,6 +11,7 @@ import json
 import pytest
 
 from cookbook import core, fit, mesh
+from cookbook.mesh import _runtime
 
 pytestmark = pytest.mark.jax_only
 
@@ -101,7 +102,7 @@ def test_a_cell_that_does_not_fit_or_was_not_compiled_is_refused_with_the_comman
 
 def test_the_advice_names_the_largest_size_that_fits_the_detected_chip():
     one_chip = core.get_slice("v5e-1")
-    tpu = mesh.Runtime(
+    tpu = _runtime.Runtime(
         platform="tpu",
         device_kind=one_chip.chip.device_kind,
         num_devices=1,

@@ -2,7 +2,8 @@
 
 import pytest
 
-from cookbook.core import CONTROL_SEPARATION, PARITY_FACTOR
+from cookbook.core import CONTROL_SEPARATION
+from cookbook.core._numerics import PARITY_FACTOR
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ experts beside the dense MLP (and its router's top-k)."""
 import pytest
 import twins
 
-from cookbook.core import PARITY_FACTOR
+from cookbook.core._numerics import PARITY_FACTOR
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from cookbook import data, evaluate, gpu, models, rl, train
-from cookbook.core import CONTROL_SEPARATION, PARITY_FACTOR
+from cookbook.core import CONTROL_SEPARATION
+from cookbook.core._numerics import PARITY_FACTOR
 
 
 @pytest.fixture(scope="module")

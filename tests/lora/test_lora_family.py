@@ -19,6 +19,7 @@ import pytest
 
 from cookbook import core, models
 from cookbook import lora as L
+from cookbook.core import _numerics
 from cookbook.lora import _apply, _config, _targets
 
 TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
@@ -325,7 +326,7 @@ def test_tunix_lora_through_peft_gives_the_same_logits(name, twin_bases, tmp_pat
         "conversion step left out": _peft_logits(twin_bases[name], wrong, tokens, "float32"),
     }
     for label, logits in controls.items():
-        core.check_separated(core.compare(ours, logits, floor), label)
+        _numerics.check_separated(core.compare(ours, logits, floor), label)
     print(
         name,
         {k: f"{v:.3g}" for k, v in check.items() if isinstance(v, float)},

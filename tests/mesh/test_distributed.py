@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import mesh
-from cookbook.mesh import _distributed
+from cookbook.mesh import _distributed, _launch
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -39,7 +38,7 @@ def _listening(port: int) -> set[str]:
 
 
 def test_a_local_launchs_coordinator_listens_on_loopback_only():
-    """Process 0 of a `cookbook launch` job (its environment, from mesh.process_env), started alone so
+    """Process 0 of a `cookbook launch` job (its environment, from mesh._launch.process_env), started alone so
     that it waits for process 1 with its coordinator up: the kernel's socket table shows it
     listening on 127.0.0.1 only (JAX's default would be every interface, ``::``)."""
     if not Path("/proc/net/tcp").is_file():
@@ -47,7 +46,7 @@ def test_a_local_launchs_coordinator_listens_on_loopback_only():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = mesh.process_env(
+    env = _launch.process_env(
         dict(os.environ), coordinator=f"127.0.0.1:{port}", processes=2, process_id=0, devices_per_process=1
     )
     env["COOKBOOK_DISTRIBUTED_TIMEOUT"] = "60"

@@ -8,7 +8,9 @@ import os
 
 import pytest
 
+from cookbook import core
 from cookbook import mesh as M
+from cookbook.mesh import _distributed, _mesh
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -24,21 +26,21 @@ def test_make_mesh_axes_and_auto_types(mesh_4x2):
 
 
 def test_known_slices_carry_the_datasheet_figures():
-    v5p, v6e = M.SLICES["v5p-8"], M.SLICES["v6e-8"]
+    v5p, v6e = core.SLICES["v5p-8"], core.SLICES["v6e-8"]
     assert (v5p.num_chips, v5p.chip.hbm_bytes, v5p.chip.bf16_flops) == (4, 95e9, 459e12)
     assert (v6e.num_chips, v6e.chip.hbm_bytes, v6e.chip.bf16_flops) == (8, 32e9, 918e12)
     assert v5p.chip.hbm_bytes_per_s == 2765e9 and v6e.chip.hbm_bytes_per_s == 1640e9
     assert v5p.hbm_bytes == 380e9 and math.isclose(v6e.bf16_flops, 8 * 918e12)
-    for s in M.SLICES.values():
+    for s in core.SLICES.values():
         assert s.num_chips % s.num_hosts == 0, s.name
         dims = [int(x) for x in s.topology.split(":")[1].split("x")]
         assert math.prod(dims) == s.num_chips, s.name
     assert "459 TFLOP/s" in v5p.describe()
     # The runtimes users get for free are named as such.
-    assert "Colab's free TPU runtime" in M.SLICES["v5e-1"].describe()
-    assert "Kaggle's free TPU" in M.SLICES["v5e-8"].describe()
+    assert "Colab's free TPU runtime" in core.SLICES["v5e-1"].describe()
+    assert "Kaggle's free TPU" in core.SLICES["v5e-8"].describe()
     with pytest.raises(ValueError, match="known: v5p-8"):
-        M.get_slice("v5p-7")
+        core.get_slice("v5p-7")
 
 
 def test_slice_topologies_give_the_right_tpu_devices_without_a_tpu(monkeypatch):
@@ -48,13 +50,13 @@ def test_slice_topologies_give_the_right_tpu_devices_without_a_tpu(monkeypatch):
     # another process (a planner run) may hold libtpu's lockfile
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"))
     for name in ("v5p-8", "v6e-8", "v5e-8", "v5p-16", "v5e-4", "v5e-1", "v6e-1"):
-        s = M.SLICES[name]
+        s = core.SLICES[name]
         devices = topologies.get_topology_desc(**s.topology_desc_kwargs()).devices
         assert len(devices) == s.num_chips, name
-        assert M.chip_of(devices[0].device_kind) == s.chip.name, devices[0].device_kind
+        assert core.chip_of(devices[0].device_kind) == s.chip.name, devices[0].device_kind
     # One chip needs its host bounds: libtpu's default (2 x 2 x 1 chips per host) refuses it.
     with pytest.raises(Exception, match="chips_per_host_bounds"):
-        topologies.get_topology_desc(platform="tpu", topology_name=M.SLICES["v5e-1"].topology)
+        topologies.get_topology_desc(platform="tpu", topology_name=core.SLICES["v5e-1"].topology)
 
 
 def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
@@ -66,7 +68,7 @@ def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
     assert M.choose_mesh("tiny", 8, batch=4).shape == (4, 2)
     assert M.max_tp("gemma4_31b") == (4, "global KV heads")
     assert M.max_tp("tiny") == (2, "global KV heads")
-    with pytest.raises(M.MeshError, match="multiple of 2"):
+    with pytest.raises(_mesh.MeshError, match="multiple of 2"):
         M.choose_mesh("gemma4_31b", "v6e-8", batch=1)
 
 
@@ -81,7 +83,7 @@ def test_choose_mesh_reproduces_the_paper_and_explains_the_kv_bound():
     ],
 )
 def test_validate_mesh_names_the_dimension_and_the_valid_choices(preset, fsdp, tp, batch, dimension):
-    with pytest.raises(M.MeshError) as err:
+    with pytest.raises(_mesh.MeshError) as err:
         M.validate_mesh(preset, fsdp, tp, batch)
     msg = str(err.value)
     assert dimension in msg
@@ -95,7 +97,7 @@ def test_valid_meshes():
     assert M.valid_meshes("gemma4_31b", 8, batch=2) == [(2, 4)]
     M.validate_mesh("gemma4_31b", 1, 4, 1)
     M.validate_mesh("gemma4_31b", 2, 4, 2, num_devices=8)
-    with pytest.raises(M.MeshError, match="not the 8 available"):
+    with pytest.raises(_mesh.MeshError, match="not the 8 available"):
         M.validate_mesh("gemma4_31b", 1, 4, 1, num_devices=8)
 
 
@@ -122,7 +124,7 @@ def test_rules_agree_with_the_tunix_parameter_shardings(name):
         try:
             M.validate_mesh(name, fsdp, tp)
             ok = True
-        except M.MeshError:
+        except _mesh.MeshError:
             ok = False
         assert ok == _params_divide(model, fsdp, tp), (name, fsdp, tp)
 
@@ -130,7 +132,7 @@ def test_rules_agree_with_the_tunix_parameter_shardings(name):
 def test_an_invalid_mesh_really_fails_to_load_and_a_valid_one_loads(tiny_base):
     from cookbook import models
 
-    with pytest.raises(M.MeshError, match="global KV heads"):
+    with pytest.raises(_mesh.MeshError, match="global KV heads"):
         M.validate_mesh("tiny", 2, 4)
     # The loader checks the heads first: a named head count, not JAX's "should evenly divide" from
     # inside Tunix's sharded load (what it raised before the check; the mesh rule equals the
@@ -147,8 +149,8 @@ def test_detect_runtime_on_the_fake_cpu_host():
     assert rt.platform == "cpu" and rt.num_devices == 8 and rt.fake_cpu_devices
     assert rt.slice is not None and rt.slice.num_chips == 8
     assert rt.describe().startswith("CPU: 8 devices (fake")
-    assert M.chip_of("TPU v6 lite") == "v6e" and M.chip_of("TPU v5") == "v5p"
-    assert M.chip_of("TPU v5 lite") == "v5e"
+    assert core.chip_of("TPU v6 lite") == "v6e" and core.chip_of("TPU v5") == "v5p"
+    assert core.chip_of("TPU v5 lite") == "v5e"
 
 
 def test_initialize_distributed_is_a_noop_on_one_host(monkeypatch):
@@ -160,7 +162,7 @@ def test_initialize_distributed_is_a_noop_on_one_host(monkeypatch):
 
 
 def test_two_local_processes_build_one_global_mesh_and_agree():
-    results = M.run_local_multiprocess(num_processes=2, devices_per_process=4, tp=2)
+    results = _distributed.run_local_multiprocess(num_processes=2, devices_per_process=4, tp=2)
     assert [r["process_index"] for r in results] == [0, 1]
     for r in results:
         assert (r["process_count"], r["global_devices"], r["local_devices"]) == (2, 8, 4)
@@ -179,12 +181,12 @@ def test_mesh_parameters_of_0_come_from_the_devices_present():
     assert M.mesh_for_devices("tiny", 2, 2).shape == (2, 2)  # as given: 4 of the 8 devices
     assert M.mesh_for_devices("tiny", 3, 1).shape == (3, 1)  # as given, even if 3 does not divide 8
     assert M.mesh_for_devices("tiny", 2, 0).shape == (2, 4)  # what fsdp 2 leaves, as asked
-    with pytest.raises(M.MeshError, match="fsdp=3 does not divide the 8 devices"):
+    with pytest.raises(_mesh.MeshError, match="fsdp=3 does not divide the 8 devices"):
         M.mesh_for_devices("tiny", 3, 0)
-    with pytest.raises(M.MeshError, match="needs 16 devices; 8 are present"):
+    with pytest.raises(_mesh.MeshError, match="needs 16 devices; 8 are present"):
         M.mesh_for_devices("tiny", 8, 2)
     # The batch must divide over fsdp: at batch 2 no mesh over all 8 devices works for tiny.
-    with pytest.raises(M.MeshError, match="use a batch that is a multiple of 4"):
+    with pytest.raises(_mesh.MeshError, match="use a batch that is a multiple of 4"):
         M.mesh_for_devices("tiny", batch=2)
 
 

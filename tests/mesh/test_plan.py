@@ -7,7 +7,9 @@ import os
 
 import pytest
 
+from cookbook import core
 from cookbook import mesh as M
+from cookbook.mesh import _distributed, _mesh
 from cookbook.mesh._plan import HostsCheck
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
@@ -15,10 +17,10 @@ pytestmark = pytest.mark.jax_only
 
 
 def test_mesh_rules_put_the_global_kv_heads_and_the_batch_where_tunix_shards_them():
-    rules = {(r.axis, r.dimension): r.size for r in M.mesh_rules("gemma4_31b", batch=6)}
+    rules = {(r.axis, r.dimension): r.size for r in _mesh.mesh_rules("gemma4_31b", batch=6)}
     assert rules[("tp", "global KV heads")] == 4 and rules[("tp", "query heads")] == 32
     assert rules[("fsdp", "batch")] == 6 and ("fsdp", "embed") in rules
-    assert ("fsdp", "batch") not in {(r.axis, r.dimension) for r in M.mesh_rules("gemma4_31b")}
+    assert ("fsdp", "batch") not in {(r.axis, r.dimension) for r in _mesh.mesh_rules("gemma4_31b")}
 
 
 def test_tp_limit_names_the_bound_and_lists_every_rule():
@@ -57,7 +59,7 @@ def test_plan_without_a_slice_uses_the_devices_of_this_process():
     assert (plan.fsdp, plan.tp) == (4, 2)
     assert plan.choice.slice == runtime.slice.name
     # A TPU VM of a known slice plans for that slice by name, whatever its device count says.
-    tpu = dataclasses.replace(runtime, platform="tpu", slice=M.get_slice("v6e-8"))
+    tpu = dataclasses.replace(runtime, platform="tpu", slice=core.get_slice("v6e-8"))
     assert M.plan_mesh("gemma4_31b", "", 2, tpu).choice.slice == "v6e-8"
 
 
@@ -69,7 +71,7 @@ def test_a_mesh_twice_as_wide_as_the_bound_is_refused_with_the_dimension():
 
 
 def test_sharded_checksum_is_the_closed_form(mesh_4x2):
-    check = M.sharded_checksum(mesh_4x2)
+    check = _distributed.sharded_checksum(mesh_4x2)
     assert (check["global_devices"], check["local_devices"], check["process_count"]) == (8, 8, 1)
     assert abs(check["sum_sq"] - check["expected"]) <= check["bound"]
     assert abs(check["trace"] - check["expected"]) <= check["bound"]  # trace(x.T @ x) = sum of squares

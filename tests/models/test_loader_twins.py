@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from cookbook import core, models
+from cookbook.core import _numerics
 
 
 def _controls(model, tokens, ref, floor, mesh, changes):
@@ -65,7 +66,7 @@ def test_e2b_twin_matches_transformers_on_4x2_mesh(tiny_e2b_base, mesh_4x2):
         },
     )
     for name, c in controls.items():
-        core.check_separated(c, name)
+        _numerics.check_separated(c, name)
     # KV sharing: the shared sliding layers read layer 3 (the last non-shared sliding layer);
     # pointing them at layer 2, also sliding, must show.
     assert model.kv_cache_sharing_patterns == list(p.kv_source_layers) == [0, 1, 2, 3, 4, 3, 3, 3, 3, 4]
@@ -75,7 +76,9 @@ def test_e2b_twin_matches_transformers_on_4x2_mesh(tiny_e2b_base, mesh_4x2):
     ]
     model.shared_layer_origins = saved[1] | {2}
     try:
-        core.check_separated(core.compare(models.tunix_logits(model, tokens, mesh_4x2), ref, floor), "wrong KV source")
+        _numerics.check_separated(
+            core.compare(models.tunix_logits(model, tokens, mesh_4x2), ref, floor), "wrong KV source"
+        )
     finally:
         model.kv_cache_sharing_patterns, model.shared_layer_origins = saved
 
@@ -129,7 +132,7 @@ def test_26b_a4b_twin_matches_transformers_with_residual_routing(tiny_26b_a4b_ba
         },
     )
     for name, c in controls.items():
-        core.check_separated(c, name)
+        _numerics.check_separated(c, name)
     routed = [(layer.moe.__class__, layer.moe_pre_ffw_norm.__class__) for layer in model.layers]
     for layer in model.layers:  # Tunix's own MoE, as Tunix builds it
         layer.moe.__class__, layer.moe_pre_ffw_norm.__class__ = gemma4_moe.MoERagged, gemma4.RMSNorm
@@ -138,7 +141,7 @@ def test_26b_a4b_twin_matches_transformers_with_residual_routing(tiny_26b_a4b_ba
     finally:
         for layer, (moe_cls, norm_cls) in zip(model.layers, routed, strict=True):
             layer.moe.__class__, layer.moe_pre_ffw_norm.__class__ = moe_cls, norm_cls
-    core.check_separated(own, "Tunix's own MoE routing")
+    _numerics.check_separated(own, "Tunix's own MoE routing")
     assert own["max_abs_diff"] > 0.1 * parity["max_abs_logit"], own
 
 
@@ -149,9 +152,10 @@ def test_12b_twin_loads_from_the_unified_layout_and_refuses_tp(tiny_12b_base, me
     import jax
 
     from cookbook import mesh as mesh_lib
+    from cookbook.mesh import _mesh
 
     p = models.get_preset("tiny_12b")
-    with pytest.raises(mesh_lib.MeshError, match=r"tp=2 does not divide global KV heads = 1.*valid .* 8x1"):
+    with pytest.raises(_mesh.MeshError, match=r"tp=2 does not divide global KV heads = 1.*valid .* 8x1"):
         mesh_lib.validate_mesh(p, 4, 2)
     with pytest.raises(ValueError, match=r"tp=2 does not divide global KV heads = 1 of preset 'tiny_12b'"):
         models.load_tunix_model(tiny_12b_base, p, mesh=mesh_4x2)
@@ -175,7 +179,7 @@ def test_12b_twin_loads_from_the_unified_layout_and_refuses_tp(tiny_12b_base, me
         },
     )
     for name, c in controls.items():
-        core.check_separated(c, name)
+        _numerics.check_separated(c, name)
 
 
 def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_base, tmp_path):
@@ -244,7 +248,7 @@ def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request)
     assert len(seq) == n_prompt + steps > p.sliding_window
     ref = models.transformers_logits(base, seq[None])[0]
     floor = core.float32_floor(ref[None], models.transformers_logits(base, seq[None], dtype="float64"))
-    bound = core.PARITY_FACTOR * floor.max_abs
+    bound = _numerics.PARITY_FACTOR * floor.max_abs
     picked = seq[n_prompt:]
     logits = ref[n_prompt - 1 : -1].copy()  # the logits each generated token was chosen from
     logits[:, forbidden] = -np.inf  # as the sampler masks them
