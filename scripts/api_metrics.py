@@ -19,8 +19,11 @@ Reads the source only (``ast``; nothing is imported or run):
   (``benchmarks/*.py``, ``scripts/*.py``: programs a user runs, so what they call stays
   exported), or only tests (``tests/``: a helper only tests use stays private, reached in the
   tests through its module). Code in a string (a script a test or a module runs in a
-  subprocess) counts as its file's. An export that nothing outside its package uses is one to
-  stop exporting.
+  subprocess) counts as its file's. An exported exception class (defined in the cookbook, its
+  bases followed through the cookbook's own classes reaching a builtin exception) that the
+  cookbook raises is ``raised by the API`` where it would otherwise count as used by tests only
+  or by nothing: a user catches it, ``except cookbook.mesh.MeshError``, without importing it
+  first. An export that nothing outside its package uses is one to stop exporting.
 * **collisions**: one exported name bound to different objects in different packages.
 * ``--train-resolutions DIR`` (runs code): one ``cookbook train --max-steps 2 --out DIR`` in this
   process, counting how often it builds a ``TrainConfig`` (construction and validation, each
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import json
 import re
 import sys
@@ -305,6 +309,88 @@ def _doc_uses(repo: Path, pkgs: set[str]) -> Counter:
     return uses
 
 
+BUILTIN_EXCEPTIONS = frozenset(
+    n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
+)
+
+
+def _module_name(repo: Path, path: Path) -> str:
+    parts = path.relative_to(repo).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def raised_exceptions(repo: Path = REPO) -> set[tuple[str, str]]:
+    """``(module, name)`` of each class defined in the cookbook that is an exception (its bases,
+    followed through the cookbook's own classes and imports, reach a builtin exception:
+    ``Exception``, ``ValueError``, ...) and that the cookbook raises or builds (``raise X(...)``,
+    ``raise X``, or ``X(...)`` kept to raise later), plus each name importing one of them."""
+    classes: dict[str, dict[str, list[ast.expr]]] = {}  # module -> class -> bases
+    imports: dict[str, dict[str, tuple[str, str]]] = {}  # module -> local name -> (module, name)
+    built: set[str] = set()  # names raised or called anywhere in the cookbook
+    for path in sorted((repo / "cookbook").rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text())
+        except SyntaxError:
+            continue
+        module = _module_name(repo, path)
+        classes[module] = {n.name: n.bases for n in tree.body if isinstance(n, ast.ClassDef)}
+        imports[module] = {
+            a.asname or a.name: (node.module, a.name)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cookbook")
+            for a in node.names
+        }
+        for node in ast.walk(tree):
+            target = node.exc if isinstance(node, ast.Raise) else node.func if isinstance(node, ast.Call) else None
+            if isinstance(target, ast.Call):
+                target = target.func
+            if isinstance(target, ast.Name):
+                built.add(target.id)
+            elif isinstance(target, ast.Attribute):
+                built.add(target.attr)
+
+    def resolve(module: str, name: str, seen: frozenset = frozenset()) -> tuple[str, str] | None:
+        """Where ``name`` seen from ``module`` is defined as a class, following imports."""
+        while (module, name) not in seen:
+            seen |= {(module, name)}
+            if name in classes.get(module, {}):
+                return module, name
+            if name not in imports.get(module, {}):
+                return None
+            module, name = imports[module][name]
+            if f"{module}.{name}" in classes:  # ``from cookbook.lora import _config``: a module
+                return None
+        return None
+
+    def is_exception(module: str, name: str, seen: frozenset = frozenset()) -> bool:
+        where = resolve(module, name)
+        if where is None or where in seen:
+            return False
+        for base in classes[where[0]][where[1]]:
+            if isinstance(base, ast.Name):
+                if resolve(where[0], base.id) is not None:
+                    if is_exception(where[0], base.id, seen | {where}):
+                        return True
+                elif base.id in BUILTIN_EXCEPTIONS:
+                    return True
+            elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+                mod = imports[where[0]].get(base.value.id)  # ``_config.LoraError``
+                if mod and f"{mod[0]}.{mod[1]}" in classes:
+                    if is_exception(f"{mod[0]}.{mod[1]}", base.attr, seen | {where}):
+                        return True
+                elif base.value.id == "builtins" and base.attr in BUILTIN_EXCEPTIONS:
+                    return True
+        return False
+
+    return {
+        (module, name)
+        for module in classes
+        for name in {*classes[module], *imports[module]}
+        if name in built or (resolve(module, name) or ("", ""))[1] in built
+        if is_exception(module, name)
+    }
+
+
 def api_metrics(repo: Path = REPO) -> dict:
     pkgs = packages(repo)
     pset = set(pkgs)
@@ -328,9 +414,10 @@ def api_metrics(repo: Path = REPO) -> dict:
     for folder, into in (("tests", test_uses), ("benchmarks", program_uses), ("scripts", program_uses)):
         for uses in _uses_in(sorted((repo / folder).rglob("*.py")), pset).values():
             into.update(uses)
+    exceptions = raised_exceptions(repo)
     rows = []
     for pkg, names in table.items():
-        for name in names:
+        for name, defined in names.items():
             key = (pkg, name)
             by_other = any(key in u for user, u in package_uses.items() if user != pkg)
             if key in nb_uses:
@@ -341,6 +428,8 @@ def api_metrics(repo: Path = REPO) -> dict:
                 who = "docs"
             elif key in program_uses:
                 who = "benchmarks/scripts"
+            elif defined in exceptions:
+                who = "raised by the API"  # caught by a user: ``except cookbook.<package>.<Error>``
             elif key in test_uses:
                 who = "tests only"
             else:
@@ -426,6 +515,7 @@ def summary(m: dict) -> str:
     out.append(
         f"exported names: {e['total']} (used by a notebook {e.get('notebook', 0)}, by another package or the "
         f"command line only {e.get('package', 0)}, named in README/docs only {e.get('docs', 0)}, "
+        f"exception classes raised by the API (else used by tests or nothing) {e.get('raised by the API', 0)}, "
         f"by tests/benchmarks/scripts only {e.get('tests only', 0) + e.get('benchmarks/scripts', 0)} "
         f"(benchmarks/scripts {e.get('benchmarks/scripts', 0)}, tests only {e.get('tests only', 0)}), "
         f"by nothing outside their package {e.get('nothing', 0)})"

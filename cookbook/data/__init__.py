@@ -32,7 +32,7 @@ from cookbook.data._pipeline import (
     segment_attention_mask,
     shard_batch,
 )
-from cookbook.data._rows import DataError, read_rows
+from cookbook.data._rows import DataError, RowError, read_rows
 from cookbook.data._sample_task import (
     THOUGHT_TEMPLATE,
     answer_budget,
@@ -87,7 +87,6 @@ __all__ = [
     # reading rows in any common layout
     "FORMATS",
     "read_rows",
-    "DataError",
     # the chat template: tokens with answer-only loss masks, prompts as served
     "load_tokenizer",
     "tokenize_chat",
@@ -120,4 +119,7 @@ __all__ = [
     "show_completions",
     # the command line (cookbook data)
     "register_data_cli",
+    # errors: too many bad rows to train on (the run stops), one row the template cannot train on
+    "DataError",
+    "RowError",
 ]

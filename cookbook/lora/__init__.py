@@ -14,7 +14,7 @@ from cookbook.lora._apply import (
     dummy_inputs,
     expected_lora_params,
 )
-from cookbook.lora._config import LoraConfig, parse_targets
+from cookbook.lora._config import LoraApplicationError, LoraConfig, LoraCoverageError, parse_targets
 from cookbook.lora._counts import family_param_counts, lora_param_counts
 from cookbook.lora._names import (
     ALL_HF_PROJECTIONS,
@@ -102,4 +102,8 @@ __all__ = [
     "tunix_lora_to_peft",
     "peft_to_tunix_lora",
     "write_peft_adapter",
+    # errors: targets that adapt nothing or only some layers (the K = V trap), a LoRA count not
+    # the expected one
+    "LoraCoverageError",
+    "LoraApplicationError",
 ]

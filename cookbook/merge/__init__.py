@@ -4,6 +4,7 @@ from cookbook.merge._cache import ensure_merged, ensure_peft, ensure_text_only_b
 from cookbook.merge._checkpoint import open_lora_checkpoint, read_lora
 from cookbook.merge._layouts import (
     BENCH_COLUMNS,
+    MergeMismatchError,
     adapter_summary,
     extrapolation_summary,
     inspect_checkpoint,
@@ -46,4 +47,6 @@ __all__ = [
     "write_shard",
     # the command line (cookbook merge)
     "register_merge_cli",
+    # errors: a merged layout whose logits miss Tunix + LoRA's by more than the bound
+    "MergeMismatchError",
 ]

@@ -10,6 +10,7 @@ from cookbook.mesh._distributed import check_same_everywhere, initialize_distrib
 from cookbook.mesh._launch import launch_local
 from cookbook.mesh._launch import register_cli as register_launch_cli
 from cookbook.mesh._mesh import (
+    MeshError,
     choose_mesh,
     make_mesh,
     max_tp,
@@ -47,4 +48,6 @@ __all__ = [
     "launch_local",
     # the command line (cookbook launch)
     "register_launch_cli",
+    # errors: a mesh that does not fit the preset, the batch or the devices present
+    "MeshError",
 ]
