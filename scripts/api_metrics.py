@@ -13,8 +13,9 @@ Reads the source only (``ast``; nothing is imported or run):
   package (:data:`STAGE`).
 * **exports**: the public names each ``cookbook/<package>/__init__.py`` binds (``__all__`` where
   it has one), and who uses each from outside its package: a notebook, the package's other
-  users (other packages, the command line: ``register_<command>_cli`` of each package in
-  ``harness._cli.COMMANDS``, which it reaches by name), the docs (``README.md`` and
+  users (other packages, a name included that another package's message tells the user to use,
+  ``cookbook.models.CHAT_TEMPLATE_FILE`` in data's; the command line: ``register_<command>_cli``
+  of each package in ``harness._cli.COMMANDS``, which it reaches by name), the docs (``README.md`` and
   ``docs/*.md`` naming ``cookbook.<package>.<name>``), the benchmarks and scripts
   (``benchmarks/*.py``, ``scripts/*.py``: programs a user runs, so what they call stays
   exported), or only tests (``tests/``: a helper only tests use stays private, reached in the
@@ -268,7 +269,28 @@ def _module_uses(tree: ast.Module, pkgs: set[str]) -> Counter:
     return uses
 
 
-def _uses_in(paths: list[Path], pkgs: set[str]) -> dict[Path, Counter]:
+def _message_uses(tree: ast.Module, pkgs: set[str]) -> Counter:
+    """``cookbook.<package>.<name>`` named in a module's strings that are neither code nor a
+    docstring: a message that tells the user to call or read that name (``render with Gemma 4's
+    current template (cookbook.models.CHAT_TEMPLATE_FILE)``)."""
+    pattern = re.compile(r"(?<![\w.])cookbook\.(" + "|".join(sorted(pkgs)) + r")\.(\w+)")
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    uses: Counter = Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            uses.update(pattern.findall(node.value))
+    return uses
+
+
+def _uses_in(paths: list[Path], pkgs: set[str], *, messages: bool = False) -> dict[Path, Counter]:
+    """What each module uses; with ``messages``, the names its messages give the user too."""
     out = {}
     for path in paths:
         try:
@@ -276,6 +298,8 @@ def _uses_in(paths: list[Path], pkgs: set[str]) -> dict[Path, Counter]:
         except SyntaxError:
             continue
         out[path] = _module_uses(tree, pkgs)
+        if messages:
+            out[path].update(_message_uses(tree, pkgs))
     return out
 
 
@@ -403,7 +427,7 @@ def api_metrics(repo: Path = REPO) -> dict:
             v.visit(_parse(cell))
         nb_uses.update(v.uses)
     package_uses: dict[str, Counter] = defaultdict(Counter)  # user package -> uses
-    for path, uses in _uses_in(sorted((repo / "cookbook").rglob("*.py")), pset).items():
+    for path, uses in _uses_in(sorted((repo / "cookbook").rglob("*.py")), pset, messages=True).items():
         rel = path.relative_to(repo / "cookbook").parts
         user = rel[0] if len(rel) > 1 else "cookbook"
         package_uses[user].update(uses)

@@ -118,17 +118,23 @@ def test_counts_statements_uses_and_collisions_on_a_known_tree(tmp_path):
 def test_the_command_line_the_docs_and_code_in_strings_are_users(tmp_path):
     """``register_<command>_cli`` is reached by name from ``harness._cli.COMMANDS``; the docs
     naming ``cookbook.<package>.<name>`` present it as API; a script in a string (run with
-    ``python -c``) uses what it names. What none of these nor an import uses is ``nothing``."""
+    ``python -c``) uses what it names; so does another package's message to the user, but not
+    a docstring. What none of these nor an import uses is ``nothing``."""
     _package(
         tmp_path,
         "a",
-        "from cookbook.a._m import documented, in_string, register_go_cli, unused  # noqa: F401\n",
-        {"_m": "def documented(): ...\ndef in_string(): ...\ndef register_go_cli(sub): ...\ndef unused(): ...\n"},
+        "from cookbook.a._m import documented, in_message, in_string, register_go_cli, unused  # noqa: F401\n",
+        {
+            "_m": "def documented(): ...\ndef in_message(): ...\ndef in_string(): ...\n"
+            "def register_go_cli(sub): ...\ndef unused(): ...\n"
+        },
     )
     harness = tmp_path / "cookbook" / "harness"
     harness.mkdir()
     (harness / "_cli.py").write_text(
-        "COMMANDS: dict[str, tuple[str, str]] = {\n    'go': ('cookbook.a', 'do it'),\n}\n"
+        "COMMANDS: dict[str, tuple[str, str]] = {\n    'go': ('cookbook.a', 'do it'),\n}\n\n\n"
+        'def go():\n    """Not cookbook.a.unused: a docstring is no use."""\n'
+        "    raise SystemExit('run cookbook.a.in_message first')\n"
     )
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "usage.md").write_text("Call `cookbook.a.documented` (not `a.missing`).\n")
@@ -138,7 +144,13 @@ def test_the_command_line_the_docs_and_code_in_strings_are_users(tmp_path):
         'CODE = """\nfrom cookbook import a\na.in_string()\n"""\n'
     )
     used = {r["name"]: r["used_by"] for r in api_metrics.api_metrics(tmp_path)["exports"]}
-    assert used == {"documented": "docs", "in_string": "tests only", "register_go_cli": "package", "unused": "nothing"}
+    assert used == {
+        "documented": "docs",
+        "in_message": "package",
+        "in_string": "tests only",
+        "register_go_cli": "package",
+        "unused": "nothing",
+    }
 
 
 def test_no_exported_name_means_two_things(repo_metrics):
@@ -163,7 +175,7 @@ def test_every_export_is_used_outside_its_package(repo_metrics):
 # The packages whose ``__init__`` exports no helper that only tests use (issue 35: such a helper
 # is reached in the tests through its private module, ``from cookbook.data import _pipeline``).
 # The other stage packages join this tuple as their APIs are curated.
-CURATED = ("core", "cost", "data", "harness", "lora", "merge", "mesh", "serve")
+CURATED = ("core", "cost", "data", "harness", "lora", "merge", "mesh", "models", "serve")
 
 
 def test_curated_packages_export_nothing_only_tests_use(repo_metrics):

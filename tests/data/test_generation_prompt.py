@@ -13,15 +13,16 @@ the same; a template whose prompt differs from the row in any other way is refus
 import pytest
 from chat_rows import ROWS
 
-from cookbook import data, models
+from cookbook import data
 from cookbook.data import _rows, _tokenize
+from cookbook.models import _tokenizer
 
 EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
 _OPENER = "{{- '<|turn>model\\n' -}}"
 
 
 def _with_generation_prompt(opener: str) -> str:
-    head, sep, tail = models.CHAT_TEMPLATE.partition("{%- if add_generation_prompt -%}")
+    head, sep, tail = _tokenizer.CHAT_TEMPLATE.partition("{%- if add_generation_prompt -%}")
     assert sep and tail.count(_OPENER) == 1, "the shipped template's generation prompt moved"
     return head + sep + tail.replace(_OPENER, opener)
 
@@ -35,7 +36,7 @@ KEPT = ["plain", "system", "thinking", "tool call", "tool response"]  # multi-tu
 @pytest.fixture(scope="module")
 def tokenizers(tiny_base) -> dict:
     out = {}
-    for name, template in (("E2B/E4B", models.CHAT_TEMPLATE), ("12B/26B/31B", BIG_TEMPLATE)):
+    for name, template in (("E2B/E4B", _tokenizer.CHAT_TEMPLATE), ("12B/26B/31B", BIG_TEMPLATE)):
         tok = _tokenize._load_from_dir(tiny_base)
         tok.chat_template = template
         out[name] = tok

@@ -8,6 +8,7 @@ import pytest
 
 from cookbook import data
 from cookbook.data import _config, _pipeline, _rows, _sample_task
+from cookbook.models import _parity
 
 
 @pytest.fixture(scope="module")
@@ -283,8 +284,8 @@ def test_packed_row_gives_each_example_its_own_logits(tok, tiny_base, rows):
         # Same function, another layout: float32 rounding only. Bound: 4x transformers' own
         # float32 error on this example (float32 vs float64), measured here (numerics).
         floors[s] = core.float32_floor(
-            models.transformers_logits(tiny_base, ids[None]),
-            models.transformers_logits(tiny_base, ids[None], dtype="float64"),
+            _parity.transformers_logits(tiny_base, ids[None]),
+            _parity.transformers_logits(tiny_base, ids[None], dtype="float64"),
         )
         check = core.compare(np.asarray(packed[0])[seg == s], np.asarray(alone[0]), floors[s])
         assert check["ok"], (s, check)

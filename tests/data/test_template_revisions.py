@@ -14,6 +14,7 @@ from chat_rows import ROWS
 
 from cookbook import data
 from cookbook.data import _cli, _rows, _tokenize
+from cookbook.models import _tokenizer
 
 REVISIONS = ["gemma4", "gemma4_v2", "gemma4_v3", "gemma4_v4", "gemma4_v5"]
 # What each revision does with each kind: kept, or refused with this fix.
@@ -65,7 +66,7 @@ def test_the_five_revisions_are_the_listed_ones_and_the_fifth_is_the_cookbooks()
         tok = type("T", (), {"chat_template": (_trl_templates() / f"{rev}.jinja").read_text(encoding="utf-8")})
         assert data.template_revision(tok).startswith(f"Gemma 4 revision {n}"), rev
     assert (_trl_templates() / "gemma4_v5.jinja").read_bytes() == models.CHAT_TEMPLATE_FILE.read_bytes()
-    edited = type("T", (), {"chat_template": models.CHAT_TEMPLATE + " "})
+    edited = type("T", (), {"chat_template": _tokenizer.CHAT_TEMPLATE + " "})
     assert data.template_revision(edited).startswith("an unlisted revision")
 
 

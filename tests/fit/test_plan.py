@@ -5,6 +5,7 @@ import json
 import pytest
 
 from cookbook import fit, lora
+from cookbook.models import _base
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
 TINY = dict(
@@ -277,13 +278,13 @@ def test_cli_recommended_prints_the_layout_as_json(capsys):
 
 @pytest.mark.jax_only
 def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
-    from cookbook import core, models
+    from cookbook import core
     from cookbook.core import _runtime
 
     monkeypatch.delenv("COOKBOOK_CACHE", raising=False)  # the default root: ~/.cache/gemma4-cookbook
     assert core.cache_root() == _runtime.DEFAULT_CACHE
     path = fit.plan_cache_path(fit.PlanConfig(**TINY))
-    assert path.is_relative_to(core.cache_root()) and models.default_base_dir("tiny").is_relative_to(core.cache_root())
+    assert path.is_relative_to(core.cache_root()) and _base.default_base_dir("tiny").is_relative_to(core.cache_root())
 
 
 @pytest.mark.slow  # three compiles, ~35 s

@@ -21,6 +21,7 @@ from cookbook import core, models
 from cookbook import lora as L
 from cookbook.core import _numerics
 from cookbook.lora import _apply, _config, _targets
+from cookbook.models import _loader, _parity
 
 TWINS = ("tiny_e2b", "tiny_12b", "tiny_26b_a4b")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -151,7 +152,7 @@ def test_tunix_to_peft_and_back(name):
     shapes = _apply.lora_param_shapes(L.abstract_lora_model(p, _cfg("all-linear")))
     state = _random_state(shapes, seed=1, dtype=np.float64)
     peft = L.tunix_lora_to_peft(state, p, {"rank": RANK}, vllm_kv_copy=False, layout="multimodal")
-    hf = models.expected_hf_shapes(p)
+    hf = _loader.expected_hf_shapes(p)
     modules = {k.removeprefix("base_model.model.").split(".lora_")[0] for k in peft}
     assert modules == set(_targets.hf_module_names(p, "model.language_model."))
     for key, value in peft.items():  # every tensor has its HF weight's shape
@@ -257,7 +258,7 @@ def test_apply_lora_on_4x2_mesh_starts_as_identity(name, twin_bases, mesh_4x2):
     shapes = _apply.lora_param_shapes(lm)
     assert L.count_lora_params(lm) == L.expected_lora_params(p, _cfg("all-linear"))
     assert not [k for k in shapes if _shared_kv(p, k)]
-    tokens = models.random_text_tokens(p, 4, 96)
+    tokens = _parity.random_text_tokens(p, 4, 96)
     base_logits = models.tunix_logits(base, tokens, mesh_4x2)
     lora_logits = models.tunix_logits(lm, tokens, mesh_4x2)
     scale = float(np.abs(base_logits).max())
@@ -300,7 +301,7 @@ def test_tunix_lora_through_peft_gives_the_same_logits(name, twin_bases, tmp_pat
     for _, v in nnx.state(lm, nnx.LoRAParam).flat_state():
         x = v.get_value()
         v.set_value(jnp.asarray(rng.normal(0, 0.1, x.shape), x.dtype))
-    tokens = models.random_text_tokens(p, 2, 2 * p.sliding_window, seed=1)
+    tokens = _parity.random_text_tokens(p, 2, 2 * p.sliding_window, seed=1)
     ours = models.tunix_logits(lm, tokens)
     tensors = L.tunix_lora_to_peft(nnx.state(lm, nnx.LoRAParam), p, cfg, layout="multimodal")
     adapter = L.write_peft_adapter(tmp_path / "adapter", tensors, rank=RANK, alpha=ALPHA, layout="multimodal")

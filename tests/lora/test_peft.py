@@ -11,11 +11,12 @@ import re
 import numpy as np
 import pytest
 
-from cookbook import lora, models
+from cookbook import lora
 from cookbook.lora import _apply
+from cookbook.models import _loader, _presets
 
 RANK, ALPHA = 8, 16.0
-PRESET = models.tiny()
+PRESET = _presets.tiny()
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_tunix_to_peft_and_back_is_exact(shapes, vllm_kv_copy):
 
 def test_peft_tensors_have_the_hugging_face_shapes(shapes):
     peft = lora.tunix_lora_to_peft(_random_state(shapes), PRESET, vllm_kv_copy=False)
-    hf = models.expected_hf_shapes(PRESET, "model.")
+    hf = _loader.expected_hf_shapes(PRESET, "model.")
     modules = {k.removeprefix("base_model.model.").split(".lora_")[0] for k in peft}
     projections = {k.removesuffix(".weight") for k in hf if k.endswith("_proj.weight")}
     assert modules == projections  # every projection, nothing else

@@ -15,6 +15,7 @@ import pytest
 
 from cookbook import merge, models
 from cookbook.merge import _merge, _merge_cli, _outdir, _safetensors, _verify
+from cookbook.models import _loader
 
 REPO = Path(__file__).resolve().parents[2]
 RANK, ALPHA = 8, 16.0
@@ -384,7 +385,7 @@ def test_mapping_covers_every_projection_at_31b_shapes(preset="gemma4_31b"):
     model = lora.abstract_lora_model(p, lora.LoraConfig(rank=64, alpha=64.0))
     pairs = lora.lora_pairs(nnx.state(model, nnx.LoRAParam))
     lora.check_pairs_fit_preset(pairs, p, 64)
-    expected = models.expected_hf_shapes(p, "model.")
+    expected = _loader.expected_hf_shapes(p, "model.")
     covered = {}
     for pair in pairs:
         for hf in lora.TUNIX_TO_HF_MODULES[pair.module]:

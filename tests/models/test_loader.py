@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from cookbook import core, models
+from cookbook.models import _loader, _presets
 
 
 def _logits_both(ckpt, mesh, tokens):
@@ -53,14 +54,14 @@ def test_text_only_layout_loads_too(tiny_base, mesh_4x2, tmp_path):
     from transformers import Gemma4ForCausalLM, Gemma4ForConditionalGeneration
 
     mm = Gemma4ForConditionalGeneration.from_pretrained(tiny_base, dtype=torch.float32)
-    text = Gemma4ForCausalLM(models.tiny().hf_text_config())
+    text = Gemma4ForCausalLM(_presets.tiny().hf_text_config())
     missing = text.model.load_state_dict(mm.model.language_model.state_dict(), strict=True)
     assert not missing.missing_keys
     out = tmp_path / "text"
     text.save_pretrained(out, max_shard_size=4_000_000)
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(tiny_base / f, out / f)
-    assert models.text_prefix(models.read_checkpoint_index(out)) == "model."
+    assert _loader.text_prefix(models.read_checkpoint_index(out)) == "model."
     tokens = np.random.default_rng(1).integers(22, 1024, size=(2, 40))
     _, ours, ref, floor = _logits_both(out, mesh_4x2, tokens)
     assert core.compare(ours, ref, floor)["ok"]

@@ -16,6 +16,7 @@ import pytest
 
 from cookbook import core, models
 from cookbook.core import _numerics
+from cookbook.models import _loader, _parity
 
 
 def _controls(model, tokens, ref, floor, mesh, changes):
@@ -36,9 +37,9 @@ def _param(variable):
 
 
 def _reference(base, preset):
-    tokens = models.random_text_tokens(preset, 2, 2 * preset.sliding_window, seed=0)
-    ref = models.transformers_logits(base, tokens)
-    return tokens, ref, core.float32_floor(ref, models.transformers_logits(base, tokens, dtype="float64"))
+    tokens = _parity.random_text_tokens(preset, 2, 2 * preset.sliding_window, seed=0)
+    ref = _parity.transformers_logits(base, tokens)
+    return tokens, ref, core.float32_floor(ref, _parity.transformers_logits(base, tokens, dtype="float64"))
 
 
 def test_e2b_twin_matches_transformers_on_4x2_mesh(tiny_e2b_base, mesh_4x2):
@@ -90,9 +91,9 @@ def test_kv_shared_layers_unused_kv_params_are_zero_and_unused(tiny_e2b_base):
 
     p = models.get_preset("tiny_e2b")
     model = models.load_tunix_model(tiny_e2b_base, p)
-    unused = models.unused_kv_params(p)
+    unused = _loader.unused_kv_params(p)
     assert sorted({int(k.split(".")[1]) for k in unused}) == list(range(p.first_kv_shared_layer, p.num_layers))
-    tokens = models.random_text_tokens(p, 1, 96)
+    tokens = _parity.random_text_tokens(p, 1, 96)
     before = models.tunix_logits(model, tokens)
     rng = np.random.default_rng(0)
     for name, shape in unused.items():
@@ -111,7 +112,7 @@ def test_26b_a4b_twin_matches_transformers_with_residual_routing(tiny_26b_a4b_ba
     from tunix.models.gemma4 import moe as gemma4_moe
 
     p = models.get_preset("tiny_26b_a4b")
-    assert set(models.expected_hf_shapes(p)) == set(models.read_checkpoint_index(tiny_26b_a4b_base))
+    assert set(_loader.expected_hf_shapes(p)) == set(models.read_checkpoint_index(tiny_26b_a4b_base))
     model = models.load_tunix_model(tiny_26b_a4b_base, p, mesh=mesh_4x2)
     parity = models.logit_parity(tiny_26b_a4b_base, p, model=model, mesh=mesh_4x2)
     assert parity["within_bound"], parity
@@ -197,7 +198,7 @@ def test_kv_shared_checkpoint_is_accepted_and_a_missing_tensor_refused(tiny_e2b_
         for n in ("k_proj", "v_proj", "k_norm")
     ]
     assert not set(shared) & set(keys)  # what transformers wrote
-    assert set(models.expected_hf_shapes(p)) == set(keys)  # every tensor expected, nothing more
+    assert set(_loader.expected_hf_shapes(p)) == set(keys)  # every tensor expected, nothing more
     assert models.check_checkpoint_matches(tiny_e2b_base, p) == "model.language_model."
     for missing in (
         "model.language_model.layers.3.self_attn.v_proj.weight",  # a non-shared layer's V
@@ -246,8 +247,8 @@ def test_greedy_decoding_with_tunix_kv_cache_follows_transformers(name, request)
     seq = np.asarray(out.tokens[0])
     n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
     assert len(seq) == n_prompt + steps > p.sliding_window
-    ref = models.transformers_logits(base, seq[None])[0]
-    floor = core.float32_floor(ref[None], models.transformers_logits(base, seq[None], dtype="float64"))
+    ref = _parity.transformers_logits(base, seq[None])[0]
+    floor = core.float32_floor(ref[None], _parity.transformers_logits(base, seq[None], dtype="float64"))
     bound = _numerics.PARITY_FACTOR * floor.max_abs
     picked = seq[n_prompt:]
     logits = ref[n_prompt - 1 : -1].copy()  # the logits each generated token was chosen from
@@ -290,12 +291,12 @@ def test_released_redundant_kv_on_shared_layers_is_accepted_and_changes_nothing(
 
     assert models.check_checkpoint_matches(base, p) == "model.language_model."
     model = models.load_tunix_model(base, p)
-    unused = models.unused_kv_params(p)
+    unused = _loader.unused_kv_params(p)
     taken = 0
     for name in unused:
         _, i, _, module, leaf = name.split(".")
         value = np.asarray(getattr(getattr(model.layers[int(i)].attn, module), leaf).value)
         taken += bool(value.any())  # the file's values, where the twin's own load has zeros
     assert taken == len(unused)
-    tokens = models.random_text_tokens(p, 2, 64)
+    tokens = _parity.random_text_tokens(p, 2, 64)
     assert np.array_equal(models.tunix_logits(model, tokens), models.tunix_logits(plain, tokens))

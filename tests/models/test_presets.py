@@ -3,6 +3,7 @@
 import pytest
 
 from cookbook import models
+from cookbook.models import _loader, _presets
 
 ALL = list(models.PRESETS)
 REAL = ["gemma4_e2b", "gemma4_e4b", "gemma4_31b", "gemma4_26b_a4b"]
@@ -125,7 +126,7 @@ def test_param_count_matches_transformers(name):
 
 @pytest.mark.jax_only
 def test_31b_is_31b_and_tiny_keeps_its_structure():
-    big, tiny = models.gemma4_31b(), models.tiny()
+    big, tiny = models.gemma4_31b(), _presets.tiny()
     assert 30.0e9 < big.num_params() < 32.0e9
     assert big.hf_checkpoint == "google/gemma-4-31B-it"
     # tiny keeps 31B's structure: 5:1 pattern, K = V global layers with fewer KV heads and a
@@ -142,7 +143,7 @@ def test_31b_is_31b_and_tiny_keeps_its_structure():
         assert dim % 4 == 0 and dim % 2 == 0
     assert tiny.effective_global_kv_heads % 2 == 0 and tiny.num_heads % 2 == 0
     assert tiny.num_params() < 3e6
-    assert 80e6 < models.small().num_params() < 200e6
+    assert 80e6 < _presets.small().num_params() < 200e6
 
 
 @pytest.mark.jax_only
@@ -154,7 +155,7 @@ def test_unknown_preset_error_lists_choices():
 @pytest.mark.jax_only
 def test_twins_keep_their_real_models_structure():
     """The random twins carry the structure of the releases they stand in for, at CPU size."""
-    e2b, twin = models.get_preset("gemma4_e2b"), models.tiny_e2b()
+    e2b, twin = models.get_preset("gemma4_e2b"), _presets.tiny_e2b()
     assert twin.attention_pattern == e2b.attention_pattern == ("sliding",) * 4 + ("global",)
     assert not twin.k_eq_v_global and not e2b.k_eq_v_global
     assert twin.num_kv_heads == e2b.num_kv_heads == 1 and twin.global_head_dim == 2 * twin.head_dim
@@ -164,12 +165,12 @@ def test_twins_keep_their_real_models_structure():
     for p in (twin, e2b, models.get_preset("gemma4_e4b")):
         kinds = p.layer_kinds
         assert kinds[p.first_kv_shared_layer - 1] == "global" and kinds[p.first_kv_shared_layer - 2] == "sliding"
-    moe, twin = models.get_preset("gemma4_26b_a4b"), models.tiny_26b_a4b()
+    moe, twin = models.get_preset("gemma4_26b_a4b"), _presets.tiny_26b_a4b()
     assert twin.is_moe and twin.attention_pattern == moe.attention_pattern
     assert twin.k_eq_v_global and moe.k_eq_v_global
     assert twin.num_experts_per_tok < twin.num_experts and twin.expert_dim < twin.hidden_dim < twin.embed_dim
     assert twin.effective_global_kv_heads < twin.num_kv_heads
-    for p in (models.tiny_e2b(), twin):
+    for p in (_presets.tiny_e2b(), twin):
         assert p.hf_checkpoint is None and p.dtype == "float32" and p.num_params() < 5e6  # tiny_e2b: 4.4M
         for dim in (p.embed_dim, p.hidden_dim, p.vocab_size):
             assert dim % 4 == 0  # widths divide a 4 x 2 (fsdp x tp) mesh
@@ -198,10 +199,10 @@ def test_tunix_shares_kv_between_the_same_layers_or_is_refused():
     """Tunix's KV-sharing pattern equals transformers' on E2B, E4B and the twin; a layout where
     they differ (the last non-shared layer sliding) is refused before anything is loaded."""
     for name in ("tiny_e2b", "gemma4_e2b", "gemma4_e4b"):
-        models.check_kv_sharing_matches(models.get_preset(name))
-    bad = models.tiny_e2b().with_overrides(num_kv_shared_layers=4)  # layers 6-9; layer 5 is sliding
+        _loader.check_kv_sharing_matches(models.get_preset(name))
+    bad = _presets.tiny_e2b().with_overrides(num_kv_shared_layers=4)  # layers 6-9; layer 5 is sliding
     assert bad.kv_source_layers[6:] == (5, 5, 5, 4)
     with pytest.raises(ValueError, match=r"Tunix would give its KV-shared layers .* \[4, 4, 4, 5\]"):
-        models.check_kv_sharing_matches(bad)
+        _loader.check_kv_sharing_matches(bad)
     with pytest.raises(ValueError, match="Tunix would give"):
         models.load_tunix_model("/nonexistent", bad)  # refused before the checkpoint is read

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import models
+from cookbook.models import _loader
 
 pytestmark = pytest.mark.jax_only
 
@@ -42,7 +43,7 @@ def shapes(manifest) -> dict[str, tuple[int, ...]]:
 
 def test_every_expected_tensor_is_released_with_its_shape_and_the_extras_are_redundant_kv(shapes, manifest):
     p = models.get_preset("gemma4_e2b")
-    expected = models.expected_hf_shapes(p)
+    expected = _loader.expected_hf_shapes(p)
     released = {k: v for k, v in shapes.items() if k.startswith(LM)}
     assert len(released) == 600
     wrong = {k: (released.get(k), v) for k, v in expected.items() if released.get(k) != v}
@@ -64,7 +65,7 @@ def test_every_language_model_tensor_fills_a_tunix_parameter_of_its_shape(shapes
     Tunix's transforms and K/V stacking), every parameter of the full-size model is filled,
     and what no parameter takes is the vision and audio towers and their embedders, counted."""
     params, skipped = models.map_checkpoint_shapes(shapes, "gemma4_e2b")
-    want = models.tunix_param_shapes("gemma4_e2b")
+    want = _loader.tunix_param_shapes("gemma4_e2b")
     assert len(want) == 565
     assert set(params) == set(want), (sorted(set(want) - set(params))[:5], sorted(set(params) - set(want))[:5])
     mismatched = {k: (params[k], want[k]) for k in want if params[k] != want[k]}
@@ -73,14 +74,14 @@ def test_every_language_model_tensor_fills_a_tunix_parameter_of_its_shape(shapes
     assert towers == {"audio_tower": 751, "vision_tower": 658, "embed_audio": 1, "embed_vision": 1}
     assert not any(name.startswith(LM) for name in skipped)
     # The redundant K/V fill the KV-shared layers' unused parameters (zeros when they are absent).
-    for name in models.unused_kv_params(models.get_preset("gemma4_e2b")):
+    for name in _loader.unused_kv_params(models.get_preset("gemma4_e2b")):
         assert name in params
 
 
 def test_a_missing_or_misshapen_language_model_tensor_shows(shapes):
     """The same map on a header that lacks a tensor, or holds one of another shape, leaves that
     parameter unfilled or misshapen, and no other: the check is not vacuous."""
-    want = models.tunix_param_shapes("gemma4_e2b")
+    want = _loader.tunix_param_shapes("gemma4_e2b")
     name, param = LM + "layers.3.mlp.down_proj.weight", "layers.3.mlp.down_proj.kernel"
     params, _ = models.map_checkpoint_shapes({k: v for k, v in shapes.items() if k != name}, "gemma4_e2b")
     assert set(want) - set(params) == {param}

@@ -3,6 +3,7 @@
 import pytest
 
 from cookbook import models
+from cookbook.models import _presets, _tokenizer
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.jax_only
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tok")
-    models.save_tokenizer(d, vocab_size=512)
+    _tokenizer.save_tokenizer(d, vocab_size=512)
     return d
 
 
@@ -47,7 +48,7 @@ def test_stop_token_ids_are_eos_end_of_turn_and_the_tool_response_wait(tok):
 def test_vocab_size_is_exactly_the_one_asked_for(tmp_path, vocab_size):
     from transformers import AutoTokenizer
 
-    models.save_tokenizer(tmp_path, vocab_size=vocab_size)
+    _tokenizer.save_tokenizer(tmp_path, vocab_size=vocab_size)
     tok = AutoTokenizer.from_pretrained(tmp_path)
     assert len(tok) == vocab_size
     ids = tok("module adder(input a, output y); endmodule", add_special_tokens=False)["input_ids"]
@@ -56,11 +57,11 @@ def test_vocab_size_is_exactly_the_one_asked_for(tmp_path, vocab_size):
 
 def test_too_small_a_vocab_is_refused(tmp_path):
     with pytest.raises(ValueError, match=f"at least {len(models.SPECIAL_TOKENS) + 256 + 64}"):
-        models.save_tokenizer(tmp_path, vocab_size=300)
+        _tokenizer.save_tokenizer(tmp_path, vocab_size=300)
 
 
 def test_the_build_is_deterministic(tmp_path, tokenizer_dir):
-    models.save_tokenizer(tmp_path, vocab_size=512)
+    _tokenizer.save_tokenizer(tmp_path, vocab_size=512)
     assert (tmp_path / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
 
 
@@ -96,5 +97,5 @@ def test_tokenizer_renders_gemma4_chat_and_loads_in_transformers(tiny_base):
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert ids[:2] == [models.SPECIAL_TOKEN_IDS["<bos>"], models.SPECIAL_TOKEN_IDS["<|turn>"]]
     assert tok.decode(ids) == text
-    assert max(ids) < models.tiny().vocab_size
-    assert tok.chat_template == models.CHAT_TEMPLATE  # the released template ships with the base
+    assert max(ids) < _presets.tiny().vocab_size
+    assert tok.chat_template == _tokenizer.CHAT_TEMPLATE  # the released template ships with the base
