@@ -2,7 +2,7 @@
 
 Every run is sampled on the same held-out rows with the same sampling (the paper's: n = 5,
 T = 0.8, top-p 0.95, the same seeds) by Tunix's sampler (compiled once, its weights swapped per
-run), and scored by Icarus Verilog; pass@k is the unbiased estimator (``evaluate.pass_at_k``).
+run), and scored by Icarus Verilog; pass@k is the unbiased estimator (``evaluate._score.pass_at_k``).
 """
 
 from __future__ import annotations

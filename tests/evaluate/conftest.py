@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import data, evaluate
+from cookbook.evaluate import _held_out, _simulate
 
 
 @pytest.fixture(scope="session")
@@ -15,8 +16,8 @@ def iverilog() -> str:
     if shutil.which("iverilog") and shutil.which("vvp"):
         return evaluate.check_simulator()
     if Path("/etc/debian_version").is_file():
-        pytest.fail(evaluate.INSTALL_HINT)
-    pytest.skip(evaluate.INSTALL_HINT)
+        pytest.fail(_simulate.INSTALL_HINT)
+    pytest.skip(_simulate.INSTALL_HINT)
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +97,7 @@ def tiny_thinking(iverilog):
         > 0
     )
     model = train.restore_lora_model(run_dir)
-    held_out = evaluate.held_out_greedy(model, tokenizer, rows, thinking=True, batch_size=48)
+    held_out = _held_out.held_out_greedy(model, tokenizer, rows, thinking=True, batch_size=48)
     assert held_out.sampling.max_tokens == data.answer_budget(tokenizer, problems) + channel
     assert [p.name for p in held_out.problems] == [p.name for p in problems]
     return types.SimpleNamespace(

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from cookbook import evaluate, harness
+from cookbook.evaluate import _problems, _score, _simulate
 
 
 @pytest.fixture
@@ -18,9 +19,9 @@ def problems_dir(tmp_path, capsys, iverilog):
 def test_completions_file_is_scored_without_a_model(problems_dir, tmp_path, capsys):
     problems = evaluate.load_problems(problems_dir)
     assert len(problems) == 4
-    answer = [p.ref.replace(evaluate.REF_MODULE, p.module) for p in problems]  # the reference, renamed back
+    answer = [p.ref.replace(_problems.REF_MODULE, p.module) for p in problems]  # the reference, renamed back
     wrong = answer[0].replace(" b;", " a;")
-    evaluate.write_completions(
+    _score.write_completions(
         tmp_path / "c.jsonl",
         {
             problems[0].name: [answer[0], wrong, answer[0], "prose", answer[0]],
@@ -72,7 +73,7 @@ def test_completions_file_is_scored_without_a_model(problems_dir, tmp_path, caps
 )
 def test_bad_input_is_one_line_and_exit_1(problems_dir, tmp_path, capsys, args, message):
     names = [p.name for p in evaluate.load_problems(problems_dir)]
-    evaluate.write_completions(tmp_path / "c.jsonl", {n: ["x"] for n in names})
+    _score.write_completions(tmp_path / "c.jsonl", {n: ["x"] for n in names})
     (tmp_path / "bad.jsonl").write_text(json.dumps({"problem": names[0], "completion": "x"}) + "\n{oops\n")
     fill = {"tmp": str(tmp_path), "problems": str(problems_dir)}
     assert harness.main(["eval", *(a.format(**fill) for a in args)]) == 1
@@ -81,10 +82,10 @@ def test_bad_input_is_one_line_and_exit_1(problems_dir, tmp_path, capsys, args, 
 
 
 def test_missing_simulator_stops_before_sampling(problems_dir, tmp_path, capsys, monkeypatch):
-    evaluate.write_completions(tmp_path / "c.jsonl", {p.name: ["x"] for p in evaluate.load_problems(problems_dir)})
+    _score.write_completions(tmp_path / "c.jsonl", {p.name: ["x"] for p in evaluate.load_problems(problems_dir)})
     monkeypatch.setenv("PATH", "/nonexistent")
     assert harness.main(["eval", "--problems", str(problems_dir), "--completions", str(tmp_path / "c.jsonl")]) == 1
-    assert capsys.readouterr().err.strip() == f"cookbook eval: {evaluate.INSTALL_HINT}"
+    assert capsys.readouterr().err.strip() == f"cookbook eval: {_simulate.INSTALL_HINT}"
 
 
 def test_run_trained_on_other_weights_is_refused_before_anything_loads(tmp_path, tiny_base, capsys):

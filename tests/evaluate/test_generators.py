@@ -8,6 +8,7 @@ import pytest
 from userenv import outcome_bound
 
 from cookbook import evaluate, merge
+from cookbook.evaluate import _generate, _score
 
 
 @pytest.mark.slow
@@ -50,7 +51,7 @@ def test_greedy_vllm_equals_tunix_and_sampling_through_the_server(tiny_greedy, v
 def test_transformers_generate_agrees_in_kind(tiny_greedy):
     problems = tiny_greedy.problems[:16]
     merged = merge.ensure_merged(tiny_greedy.run_dir, text_only=True)
-    model = evaluate.load_transformers_model(merged)
+    model = _generate.load_transformers_model(merged)
     greedy = evaluate.score_generation(
         problems,
         evaluate.transformers_samples(model, tiny_greedy.tokenizer, problems, tiny_greedy.sampling, num_threads=1),
@@ -100,7 +101,7 @@ def test_cli_scores_an_endpoint(tiny_greedy, vllm_lora_server, tmp_path, capsys,
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["pass@1"] >= 0.5 and "pass@5" not in summary  # k = 5 > n = 2 is not reported
     assert summary["sampling"]["generator"] == "vllm" and summary["sampling"]["temperature"] == 0.8
-    assert len(evaluate.read_completions(tmp_path / "c.jsonl")[rows[0]["problem"]]) == 2
+    assert len(_score.read_completions(tmp_path / "c.jsonl")[rows[0]["problem"]]) == 2
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from cookbook import evaluate
+from cookbook.evaluate import _generate, _score
 
 
 def _enumerated(n: int, c: int, k: int) -> float:
@@ -20,21 +21,21 @@ def _enumerated(n: int, c: int, k: int) -> float:
 def test_pass_at_k_equals_direct_enumeration(n):
     for c in range(n + 1):
         for k in range(1, n + 1):
-            assert evaluate.pass_at_k(n, c, k) == pytest.approx(_enumerated(n, c, k), abs=1e-12), (n, c, k)
-            assert evaluate.pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
+            assert _score.pass_at_k(n, c, k) == pytest.approx(_enumerated(n, c, k), abs=1e-12), (n, c, k)
+            assert _score.pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
 
 
 def test_pass_at_k_known_values_and_refusals():
-    assert evaluate.pass_at_k(5, 1, 1) == pytest.approx(0.2)
-    assert evaluate.pass_at_k(5, 1, 5) == 1.0
-    assert evaluate.pass_at_k(5, 0, 5) == 0.0
-    assert evaluate.pass_at_k(200, 10, 1) == pytest.approx(0.05)  # pass@1 is the pass rate
+    assert _score.pass_at_k(5, 1, 1) == pytest.approx(0.2)
+    assert _score.pass_at_k(5, 1, 5) == 1.0
+    assert _score.pass_at_k(5, 0, 5) == 0.0
+    assert _score.pass_at_k(200, 10, 1) == pytest.approx(0.05)  # pass@1 is the pass rate
     with pytest.raises(ValueError, match="pass@5 needs at least 5 samples per problem, got n=3"):
-        evaluate.pass_at_k(3, 1, 5)
+        _score.pass_at_k(3, 1, 5)
     with pytest.raises(ValueError, match="impossible"):
-        evaluate.pass_at_k(3, 4, 1)
+        _score.pass_at_k(3, 4, 1)
     with pytest.raises(ValueError, match="k must be >= 1"):
-        evaluate.pass_at_k(3, 1, 0)
+        _score.pass_at_k(3, 1, 0)
 
 
 def test_scoring_a_problem_set(adder8):
@@ -88,7 +89,7 @@ def test_only_the_answer_after_the_thought_is_scored(adder8, tmp_path, capsys):
     assert [r.outcome for r in scores.problems[0].results] == ["mismatch", "pass", "no_module", "mismatch"]
     assert scores.problems[0].exact == [False, True, False, False]
     problems = evaluate.write_problems(tmp_path / "p", [adder8])
-    path = evaluate.write_completions(tmp_path / "c.jsonl", {adder8.name: completions[:1]})
+    path = _score.write_completions(tmp_path / "c.jsonl", {adder8.name: completions[:1]})
     code = harness.main(
         ["eval", "--problems", str(problems), "--completions", str(path), "--summary", str(tmp_path / "s.json")]
     )
@@ -108,8 +109,8 @@ def test_score_refuses_what_does_not_fit(adder8):
 
 
 def test_completions_file_round_trip_and_bad_rows(adder8, tmp_path):
-    path = evaluate.write_completions(tmp_path / "c.jsonl", {"Prob001_add8": [adder8.answer, "x"]})
-    assert evaluate.read_completions(path, [adder8]) == {"Prob001_add8": [adder8.answer, "x"]}
+    path = _score.write_completions(tmp_path / "c.jsonl", {"Prob001_add8": [adder8.answer, "x"]})
+    assert _score.read_completions(path, [adder8]) == {"Prob001_add8": [adder8.answer, "x"]}
     good = json.dumps({"problem": "Prob001_add8", "completion": "x"})
     for lines, message in [
         ([good, "", '{"problem": "Prob001_add8", "completion"'], r"c2.jsonl:3: invalid JSON"),
@@ -119,9 +120,9 @@ def test_completions_file_round_trip_and_bad_rows(adder8, tmp_path):
     ]:
         (tmp_path / "c2.jsonl").write_text("\n".join(lines) + "\n")
         with pytest.raises(evaluate.CompletionsError, match=message):
-            evaluate.read_completions(tmp_path / "c2.jsonl", [adder8])
+            _score.read_completions(tmp_path / "c2.jsonl", [adder8])
     with pytest.raises(evaluate.CompletionsError, match="does not exist"):
-        evaluate.read_completions(tmp_path / "none.jsonl")
+        _score.read_completions(tmp_path / "none.jsonl")
 
 
 def test_quality_table_in_the_papers_form(adder8):
@@ -147,11 +148,11 @@ def test_sampling_config_checks_itself():
         0.95,
     )
     with pytest.raises(ValueError, match="greedy decoding .* one sample per problem"):
-        evaluate.SamplingConfig(n=5, temperature=0.0)
+        _generate.SamplingConfig(n=5, temperature=0.0)
     with pytest.raises(ValueError, match="n must be >= 1"):
-        evaluate.SamplingConfig(n=0)
+        _generate.SamplingConfig(n=0)
     with pytest.raises(ValueError, match="top_p in"):
-        evaluate.SamplingConfig(top_p=0.0)
+        _generate.SamplingConfig(top_p=0.0)
 
 
 def test_committed_quality_row_is_read_where_the_benchmark_wrote_one(tmp_path):

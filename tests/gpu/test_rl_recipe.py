@@ -16,12 +16,13 @@ import pytest
 from cookbook import data, evaluate, gpu, models, rl, train
 from cookbook.core import CONTROL_SEPARATION
 from cookbook.core._numerics import PARITY_FACTOR
+from cookbook.evaluate import _simulate
 
 
 @pytest.fixture(scope="module")
 def simulator():
     if not (shutil.which("iverilog") and shutil.which("vvp")):
-        pytest.fail(evaluate.INSTALL_HINT)  # CI installs it: a missing simulator is a failure
+        pytest.fail(_simulate.INSTALL_HINT)  # CI installs it: a missing simulator is a failure
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import shutil
 import pytest
 
 from cookbook import evaluate, rl
+from cookbook.evaluate import _simulate
 
 GOOD = "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule"
 WRONG = GOOD.replace("a + b", "a - b")
@@ -13,7 +14,7 @@ WRONG = GOOD.replace("a + b", "a - b")
 @pytest.fixture(scope="module")
 def add8():
     if not (shutil.which("iverilog") and shutil.which("vvp")):
-        pytest.fail(evaluate.INSTALL_HINT)  # CI installs it: a missing simulator is a failure
+        pytest.fail(_simulate.INSTALL_HINT)  # CI installs it: a missing simulator is a failure
     return evaluate.Problem(
         name="Prob001_add8",
         prompt="Write a Verilog module named add8 that adds two 8-bit inputs.",
