@@ -219,7 +219,7 @@ def _run(argv: Sequence[str], cwd: Path, log: Path, sim: dict) -> int | None:
 
 def simulate(problem: Problem, completion: str, sim: dict | None = None) -> str:
     """The outcome of one completion against ``problem``: pass, mismatch, no_samples, compile_error,
-    timeout, runtime_error or no_module (``cookbook.evaluate.OUTCOMES``)."""
+    timeout, runtime_error or no_module (``cookbook.evaluate._simulate.OUTCOMES``)."""
     sim = {**SIM_DEFAULTS, **(sim or {})}
     code = extract_module(completion)
     if code is None:

@@ -8,9 +8,9 @@ from cookbook.core._numerics import PARITY_FACTOR
 
 @pytest.fixture(scope="module")
 def parity(tiny_base, tmp_path_factory):
-    from cookbook import gpu
+    from cookbook.gpu import _parity
 
-    return gpu.run_parity(work_dir=tmp_path_factory.mktemp("gpu-parity"))
+    return _parity.run_parity(work_dir=tmp_path_factory.mktemp("gpu-parity"))
 
 
 @pytest.mark.slow

@@ -12,10 +12,9 @@ from cookbook.core._numerics import PARITY_FACTOR
 @pytest.mark.slow
 @pytest.mark.parametrize("name", twins.TWINS)
 def test_same_loss_gradients_and_adamw_steps_on_the_twin(name, tmp_path):
-    from cookbook import gpu
-    from cookbook.gpu import _parity_parts
+    from cookbook.gpu import _parity, _parity_parts
 
-    r = gpu.run_parity(config=_parity_parts.parity_train_config(model_preset=name), work_dir=tmp_path)
+    r = _parity.run_parity(config=_parity_parts.parity_train_config(model_preset=name), work_dir=tmp_path)
     print(
         name,
         {

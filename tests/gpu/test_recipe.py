@@ -9,6 +9,7 @@ import pytest
 
 from cookbook import gpu, lora, models, train
 from cookbook.data import _examples as data_examples
+from cookbook.gpu import _recipe, _recipe_dir
 from cookbook.lora import _config, _targets
 
 PROJECTIONS = lora.HF_PROJECTIONS
@@ -42,7 +43,7 @@ def test_paper_recipe_on_two_gpus_keeps_the_tpu_objective():
 
 def test_batch_layout_without_accumulation_splits_the_batch_and_weighs_tokens():
     cfg = train.train_preset("tiny")  # 8 packed rows, no accumulation
-    per_device, accum, norm = gpu.gpu_batch_layout(cfg, 2)
+    per_device, accum, norm = _recipe.gpu_batch_layout(cfg, 2)
     assert (per_device, accum, norm) == (4, 1, "tokens_in_step")
     r = gpu.derive_gpu_recipe(cfg, cluster=gpu.GpuCluster(num_gpus=2))
     assert r.sft["bf16"] is False and r.model_dtype == "float32"  # tiny is float32
@@ -51,9 +52,9 @@ def test_batch_layout_without_accumulation_splits_the_batch_and_weighs_tokens():
 def test_batch_layout_refuses_a_gpu_count_that_changes_the_objective():
     cfg = train.train_preset("gemma4_31b")
     with pytest.raises(ValueError, match="does not divide over 3 GPUs"):
-        gpu.gpu_batch_layout(cfg, 3)
+        _recipe.gpu_batch_layout(cfg, 3)
     with pytest.raises(ValueError, match="does not split over 3 GPUs"):
-        gpu.gpu_batch_layout(train.train_preset("tiny"), 3)
+        _recipe.gpu_batch_layout(train.train_preset("tiny"), 3)
 
 
 def test_end_lr_maps_to_cosine_with_min_lr():
@@ -78,7 +79,7 @@ def test_target_regex_adapts_the_text_decoder_only_on_the_released_layout():
                        audio_config=Gemma4AudioConfig())  # fmt: skip
     with torch.device("meta"):
         names = [n for n, _ in Gemma4ForConditionalGeneration(cfg).named_modules()]
-    rx = gpu.peft_target_regex(lora.LoraConfig(), p)
+    rx = _recipe.peft_target_regex(lora.LoraConfig(), p)
     hit = {n for n in names if re.fullmatch(rx, n)}
     assert hit == set(_targets.hf_module_names(p, prefix="model.language_model."))
     assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
@@ -111,15 +112,15 @@ def test_12b_unified_layout_gets_its_own_wrap_unit_and_targets_the_decoder_only(
     assert model.model.embed_vision is not None and model.model.embed_audio is not None
     layer_cls = {type(layer).__name__ for layer in model.model.language_model.layers}
     cluster = gpu.GpuCluster(num_gpus=2)
-    wrap = gpu.accelerate_fsdp_config(cluster, bf16=True, preset=p)["fsdp_config"]
+    wrap = _recipe.accelerate_fsdp_config(cluster, bf16=True, preset=p)["fsdp_config"]
     assert layer_cls == {wrap["fsdp_transformer_layer_cls_to_wrap"]} == {"Gemma4UnifiedTextDecoderLayer"}
     assert (
-        gpu.accelerate_fsdp_config(cluster, bf16=True, preset="tiny")["fsdp_config"][
+        _recipe.accelerate_fsdp_config(cluster, bf16=True, preset="tiny")["fsdp_config"][
             "fsdp_transformer_layer_cls_to_wrap"
         ]
         == "Gemma4TextDecoderLayer"
     )
-    rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), p)
+    rx = _recipe.peft_target_regex(lora.LoraConfig(targets="all-linear"), p)
     hit = {n for n in names if re.fullmatch(rx, n)}
     assert hit == set(_targets.hf_module_names(p, prefix="model.language_model."))
     assert len(hit) == 6 * 7 - 1  # no v_proj on the K = V global layer
@@ -128,11 +129,11 @@ def test_12b_unified_layout_gets_its_own_wrap_unit_and_targets_the_decoder_only(
 
 def test_partial_targets_and_kv_split_are_translated_or_refused():
     p = models.get_preset("tiny")
-    rx = gpu.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
+    rx = _recipe.peft_target_regex(lora.LoraConfig(targets=("q_proj", "o_proj")), p)
     assert re.fullmatch(rx, "model.layers.3.self_attn.q_proj")
     assert not re.fullmatch(rx, "model.layers.3.mlp.up_proj")
     with pytest.raises(_config.LoraCoverageError, match="k_proj and v_proj together"):
-        gpu.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
+        _recipe.peft_target_regex(lora.LoraConfig(targets=("k_proj",)), p)
 
 
 @pytest.mark.parametrize("name", ["tiny_e2b", "tiny_26b_a4b", "gemma4_e4b", "gemma4_26b_a4b"])
@@ -141,11 +142,11 @@ def test_target_regex_covers_the_per_layer_inputs_and_the_router(name):
     in both layouts (per-layer-input projections, the model-level one, the router), never the experts."""
     for prefix in ("model.", "model.language_model."):
         names = _targets.hf_module_names(name, prefix=prefix)
-        rx = gpu.peft_target_regex(lora.LoraConfig(targets="all-linear"), name)
+        rx = _recipe.peft_target_regex(lora.LoraConfig(targets="all-linear"), name)
         assert all(re.fullmatch(rx, n) for n in names)
         assert not re.fullmatch(rx, f"{prefix}layers.0.experts")
         extras = {n for n in names if not n.endswith(PROJECTIONS)}
-        assert extras and not {n for n in extras if re.fullmatch(gpu.peft_target_regex(lora.LoraConfig(), name), n)}
+        assert extras and not {n for n in extras if re.fullmatch(_recipe.peft_target_regex(lora.LoraConfig(), name), n)}
 
 
 def test_write_gpu_recipe_files_load_and_script_is_standalone(tmp_path):
@@ -195,7 +196,7 @@ def test_cli_refuses_a_foreign_or_earlier_out_unless_it_wrote_it(tmp_path, capsy
 
     out = tmp_path / "recipe"
     assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out)]) == 0
-    assert {p.name for p in out.iterdir()} >= set(gpu.RECIPE_FILES)
+    assert {p.name for p in out.iterdir()} >= set(_recipe_dir.RECIPE_FILES)
     capsys.readouterr()
     assert harness.main(["gpu-recipe", "--preset", "tiny", "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from cookbook import data, evaluate, gpu, models, rl, train
 from cookbook.core import CONTROL_SEPARATION
 from cookbook.core._numerics import PARITY_FACTOR
 from cookbook.evaluate import _simulate
+from cookbook.gpu import _rl_parity, _rl_recipe
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def test_written_recipe_loads_and_its_script_needs_no_cookbook(problems, tiny_ba
     from trl import GRPOConfig
 
     paths = gpu.write_gpu_rl_recipe(tmp_path, _tiny_recipe(problems, num_gpus=2), problems=problems)
-    assert set(gpu.RL_RECIPE_FILES) <= {p.name for p in tmp_path.iterdir()}
+    assert set(_rl_recipe.RL_RECIPE_FILES) <= {p.name for p in tmp_path.iterdir()}
     grpo = GRPOConfig(**{**json.loads(paths["grpo_config.json"].read_text()), "use_cpu": True, "bf16": False,
                          "output_dir": str(tmp_path / "out")})  # fmt: skip
     assert grpo.num_generations == 4 and grpo.loss_type == "dapo"
@@ -222,7 +223,7 @@ def test_script_reward_equals_cookbook_rls_on_the_same_tokens(thinking, problems
     recipe = gpu.derive_gpu_rl_recipe(rl.rl_preset("tiny").replace(max_response_tokens=128), tc, problems=problems,
                                       reward=reward_cfg, cluster=gpu.GpuCluster(num_gpus=1))  # fmt: skip
     gpu.write_gpu_rl_recipe(tmp_path, recipe, problems=problems)
-    script = gpu.import_grpo_script(tmp_path)
+    script = _rl_parity.import_grpo_script(tmp_path)
     tok = AutoTokenizer.from_pretrained(tiny_base)
     reward = script.VerilogReward(script.load_problems(tmp_path / "problems"), tok,
                                   json.loads((tmp_path / "recipe.json").read_text())["reward"])  # fmt: skip
@@ -264,7 +265,7 @@ def rl_parity(problems, simulator, tiny_base, tmp_path_factory):
                 p.answer[: len(p.answer) // 2],
             ]  # fmt: skip
         )
-    return gpu.run_rl_parity(
+    return _rl_parity.run_rl_parity(
         rl_config=cfg,
         train_config=_parity_parts.parity_train_config(),
         problems=problems,
@@ -323,10 +324,10 @@ def test_one_grpo_step_runs_through_the_script_on_cpu(problems, simulator, tiny_
                                       problems=problems, cluster=gpu.GpuCluster(num_gpus=1, bf16=False),
                                       base_model=str(tiny_base))  # fmt: skip
     gpu.write_gpu_rl_recipe(tmp_path / "recipe", recipe, problems=problems)
-    script = gpu.import_grpo_script(tmp_path / "recipe")
+    script = _rl_parity.import_grpo_script(tmp_path / "recipe")
     with core.torch_threads():
         trainer = script.build_trainer(model_path=str(tiny_base), output_dir=tmp_path / "run",
-                                       recipe_dir=tmp_path / "recipe", grpo_overrides=gpu.RL_CPU_OVERRIDES)  # fmt: skip
+                                       recipe_dir=tmp_path / "recipe", grpo_overrides=_rl_parity.RL_CPU_OVERRIDES)  # fmt: skip
         assert trainer.eos_token_ids == models.stop_token_ids()
         trainer.train()
     assert trainer.state.global_step == 1
