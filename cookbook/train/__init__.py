@@ -1,20 +1,26 @@
-"""Stage 06: LoRA fine-tuning with Tunix's PeftTrainer, Orbax checkpoints, the run cache, evaluation."""
+"""Stage 06: LoRA fine-tuning with Tunix's PeftTrainer, Orbax checkpoints, the run cache, evaluation.
 
-from cookbook.train._cli import config_from_args  # noqa: F401
-from cookbook.train._cli import register_cli as register_train_cli  # noqa: F401
-from cookbook.train._config import (  # noqa: F401
+``_config`` holds a run as data (:class:`TrainConfig`, the recipe per preset, the optimizer it
+implies); ``_run`` resolves a config once and types a finished run; ``_trainer`` trains with
+Tunix's ``PeftTrainer``, resumably, and keeps runs in the cache (:func:`ensure_trained`);
+``_runs`` reads run directories back (their config, metrics, checkpoints, LoRA weights);
+``_evaluate`` scores a LoRA model by greedy exact match; ``_pod`` writes the commands of a
+multi-host pod run; ``_sections`` holds notebook 06's training steps as typed results; ``_cli``
+is ``cookbook train``.
+"""
+
+from cookbook.train._cli import register_cli as register_train_cli
+from cookbook.train._config import (
     TrainConfig,
     cli_command,
     describe_configs,
     for_sample_task,
     make_optimizer,
-    recipe_of,
     train_preset,
 )
-from cookbook.train._evaluate import evaluate, qlora_twin  # noqa: F401
-from cookbook.train._pod import pod_commands  # noqa: E402, F401, I001
-from cookbook.train._run import Run, TrainedRun, cache_key, prepare, recipe  # noqa: F401
-from cookbook.train._runs import (  # noqa: F401
+from cookbook.train._evaluate import evaluate, qlora_twin
+from cookbook.train._run import prepare
+from cookbook.train._runs import (
     CHECKPOINT_DIRS,
     base_and_lora_model,
     build_lora_model,
@@ -24,7 +30,6 @@ from cookbook.train._runs import (  # noqa: F401
     eval_rows,
     load_lora_weights,
     load_recipe,
-    lora_arrays,
     plot_loss,
     read_metrics,
     resolve_base_dir,
@@ -33,5 +38,48 @@ from cookbook.train._runs import (  # noqa: F401
     run_summary,
     train_rows,
 )
-from cookbook.train._sections import multihost, reproducibility, rerun, run_overview, runtime_advice  # noqa: F401
-from cookbook.train._trainer import NonFiniteLossError, ensure_trained, train  # noqa: F401
+from cookbook.train._sections import multihost, reproducibility, rerun, run_overview, runtime_advice
+from cookbook.train._trainer import NonFiniteLossError, ensure_trained
+
+__all__ = [
+    # the config: a run as data, the recipe per preset, the optimizer it implies
+    "TrainConfig",
+    "train_preset",
+    "for_sample_task",
+    "describe_configs",
+    "cli_command",
+    "make_optimizer",
+    # notebook 06's training steps, each a typed result
+    "runtime_advice",
+    "run_overview",
+    "reproducibility",
+    "rerun",
+    "multihost",
+    "qlora_twin",
+    # training, once per config: the run cache and what keys it
+    "prepare",
+    "ensure_trained",
+    "result_determinants",
+    # a run directory read back: its config, base, rows, metrics, checkpoints and LoRA model
+    "CHECKPOINT_DIRS",
+    "config_of_run",
+    "load_recipe",
+    "run_summary",
+    "read_metrics",
+    "plot_loss",
+    "checkpoint_steps",
+    "resolve_base_dir",
+    "check_run_base",
+    "train_rows",
+    "eval_rows",
+    "build_lora_model",
+    "base_and_lora_model",
+    "load_lora_weights",
+    "restore_lora_model",
+    # greedy exact match of a LoRA model with Tunix's sampler
+    "evaluate",
+    # the command line (cookbook train)
+    "register_train_cli",
+    # errors: a loss that is no longer finite stops the run
+    "NonFiniteLossError",
+]

@@ -43,7 +43,9 @@ class TrainConfig:
         ``"int8"``, ``"fp8"``; ``cookbook.lora.QUANT_TYPES``) while the adapters train in
         ``param_dtype``; None: LoRA on the unquantized base.
       quant_tile: Qwix's quantization tile along each weight's contracting axis (must divide
-        them all: ``cookbook.lora.working_tiles``).
+        them all: ``cookbook.lora.check_quant_tile`` refuses one that does not and lists those
+        that do, ``cookbook.lora._quant.working_tiles``; ``cookbook train`` without
+        ``--quant-tile`` takes ``cookbook.lora.default_quant_tile``).
       seed: LoRA initialisation seed (data order has its own, ``data.seed``).
     """
 

@@ -3,7 +3,7 @@
 :func:`prepare` resolves what a :class:`TrainConfig` names: the model preset, the base checkpoint
 (downloaded or written once) and its content fingerprint, what besides the config decides the
 weights (:func:`result_determinants`), hence the cache key and ``recipe.json``; the mesh and the
-rows when first asked for. :func:`cookbook.train.train` and :func:`cookbook.train.ensure_trained`
+rows when first asked for. :func:`cookbook.train._trainer.train` and :func:`cookbook.train.ensure_trained`
 take it, so one ``cookbook train`` resolves each of these once.
 
 :func:`cookbook.train.ensure_trained` returns a :class:`TrainedRun`: the run directory (it is a

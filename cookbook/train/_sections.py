@@ -150,7 +150,7 @@ class Rerun:
 
 
 def rerun(config: TrainConfig, run_dir: str | Path, *, progress: bool = True) -> Rerun:
-    """The training command again on ``run_dir`` (:func:`cookbook.train.train`): it restores the
+    """The training command again on ``run_dir`` (:func:`cookbook.train._trainer.train`): it restores the
     latest checkpoint and skips the batches trained on; on a finished run nothing is left to do."""
     result = train(config, Path(run_dir), progress=progress)
     return Rerun(resumed_from=result.resumed_from, final_step=result.final_step, max_steps=config.max_steps)
@@ -193,8 +193,8 @@ def multihost(
     pod_batch_size: int = 4,
 ) -> Multihost:
     """``config`` shortened to ``steps`` optimizer steps (one warm-up step) and trained into ``out``
-    by ``processes`` local processes playing hosts (:func:`cookbook.train.train_on_local_processes`;
-    none with 0 processes or off a CPU host), and :func:`cookbook.train.pod_commands` for
+    by ``processes`` local processes playing hosts (:func:`cookbook.train._pod.train_on_local_processes`;
+    none with 0 processes or off a CPU host), and :func:`cookbook.train._pod.pod_commands` for
     ``pod_preset``'s recipe at a global batch of ``pod_batch_size`` on ``pod_slice``."""
     run = train_on_local_processes(config.replace(max_steps=steps, warmup_steps=1), out, processes=processes)
     pod = train_preset(pod_preset).replace(data={"batch_size": pod_batch_size})

@@ -6,6 +6,7 @@ import pytest
 
 from cookbook import evaluate, harness
 from cookbook.evaluate import _problems, _score, _simulate
+from cookbook.train import _run
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_run_trained_on_other_weights_is_refused_before_anything_loads(tmp_path,
     fingerprints, before the problems, the simulator or the model are touched."""
     from cookbook import models, train
 
-    rec = {**train.recipe(train.train_preset("tiny"), tiny_base), "base_fingerprint": "0" * 20}
+    rec = {**_run.recipe(train.train_preset("tiny"), tiny_base), "base_fingerprint": "0" * 20}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "recipe.json").write_text(json.dumps(rec))
     assert harness.main(["eval", "--problems", str(tmp_path / "none"), "--run", str(tmp_path / "run")]) == 1

@@ -8,6 +8,7 @@ import pytest
 
 from cookbook import fit, harness, lora
 from cookbook.fit import _search
+from cookbook.train import _config
 
 # Small enough to compile in seconds; the CLI test below asks for the same configs (cached). No
 # remat: the search logic is the same, and a 6-layer compile takes 8 CPU-seconds instead of 13.
@@ -399,7 +400,7 @@ def test_every_released_size_shows_its_training_config_with_no_weights_and_no_tp
     from cookbook import harness, models, train
 
     monkeypatch.setattr(models, "ensure_base", lambda *a, **k: pytest.fail("--show-config fetched weights"))
-    assert train.recipe_of(preset) == preset
+    assert _config.recipe_of(preset) == preset
     if not fit.load_plan_results(preset)["recommended"]:
         # A size whose search has compiled nothing that fits yet (the CPU time of this machine):
         # refused in one line that names the command that compiles it, never a made-up layout.

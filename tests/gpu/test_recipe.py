@@ -11,6 +11,7 @@ from cookbook import gpu, lora, models, train
 from cookbook.data import _examples as data_examples
 from cookbook.gpu import _recipe, _recipe_dir
 from cookbook.lora import _config, _targets
+from cookbook.train import _run
 
 PROJECTIONS = lora.HF_PROJECTIONS
 
@@ -397,7 +398,7 @@ def test_cli_writes_the_recipe_of_a_preset_or_a_run(tmp_path, capsys, tiny_base)
     run = tmp_path / "run"
     run.mkdir()
     cfg = train.train_preset("tiny").replace(max_steps=123, grad_accum_steps=2)
-    (run / "recipe.json").write_text(json.dumps(train.recipe(cfg, tiny_base)))
+    (run / "recipe.json").write_text(json.dumps(_run.recipe(cfg, tiny_base)))
     assert harness.main(["gpu-recipe", "--run", str(run), "--num-gpus", "1", "--out", str(tmp_path / "r")]) == 0
     sft = json.loads((tmp_path / "r" / "sft_config.json").read_text())
     assert sft["max_steps"] == 123 and sft["gradient_accumulation_steps"] == 2

@@ -18,6 +18,7 @@ from cookbook.core import CONTROL_SEPARATION
 from cookbook.core._numerics import PARITY_FACTOR
 from cookbook.evaluate import _simulate
 from cookbook.gpu import _rl_parity, _rl_recipe
+from cookbook.train import _run
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_cli_writes_the_rl_recipe_on_its_defaults_and_never_overwrites_unasked(t
     # A run's recipe.json gives its model and LoRA; RL flags without --rl are refused.
     run = tmp_path / "sft"
     run.mkdir()
-    (run / "recipe.json").write_text(json.dumps(train.recipe(train.train_preset("tiny"), tiny_base)))
+    (run / "recipe.json").write_text(json.dumps(_run.recipe(train.train_preset("tiny"), tiny_base)))
     argv = ["gpu-recipe", "--rl", "--run", str(run), "--num-gpus", "1", "--num-problems", "4", "--out"]
     assert harness.main([*argv, str(tmp_path / "r")]) == 0
     assert len(list((tmp_path / "r" / "problems").glob("*_test.sv"))) == 4

@@ -9,6 +9,7 @@ import pytest
 
 from cookbook import data, harness, train
 from cookbook.harness import _cli
+from cookbook.train import _run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,4 +59,4 @@ def test_train_on_its_defaults_is_the_run_make_demo_trains(tmp_path):
     args = _cli.build_parser("train").parse_args(["train", "--out", str(tmp_path / "run")])
     config = config_from_args(args)
     assert config == train.train_preset("tiny")
-    assert train.cache_key(config) == train.cache_key(train.train_preset("tiny"))
+    assert _run.cache_key(config) == _run.cache_key(train.train_preset("tiny"))

@@ -13,6 +13,7 @@ import userenv
 from cookbook import evaluate, rl, train
 from cookbook.merge import _checkpoint
 from cookbook.rl import _run
+from cookbook.train import _runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,8 +94,8 @@ def test_rl_runs_from_an_sft_run_and_resumes_after_a_kill_to_the_same_adapters(t
     assert recipe["rl"]["config"] == rl.rl_preset("tiny").to_dict()
     assert train.config_of_run(straight) == train.config_of_run(sft_run)
     assert _checkpoint.find_step_dir(straight) == (straight / "actor" / "8").resolve()
-    rl_lora = train.lora_arrays(train.restore_lora_model(straight))
-    sft_lora = train.lora_arrays(train.restore_lora_model(sft_run))
+    rl_lora = _runs.lora_arrays(train.restore_lora_model(straight))
+    sft_lora = _runs.lora_arrays(train.restore_lora_model(sft_run))
     assert rl_lora.keys() == sft_lora.keys()
     assert max(float(np.abs(rl_lora[k] - sft_lora[k]).max()) for k in rl_lora) > 0  # RL moved the LoRA
     # Training problems only: none of the held-out problems is trained on.
@@ -111,7 +112,7 @@ def test_rl_runs_from_an_sft_run_and_resumes_after_a_kill_to_the_same_adapters(t
     assert resumed["resumed_from"] == max(before) and resumed["final_step"] == 8
     # Same batches, same sampling keys, restored LoRA and optimizer state: the same run, to the bit.
     assert _rows(killed) == rows
-    got = train.lora_arrays(train.restore_lora_model(killed))
+    got = _runs.lora_arrays(train.restore_lora_model(killed))
     for k in rl_lora:
         np.testing.assert_array_equal(got[k], rl_lora[k], err_msg=k)
 

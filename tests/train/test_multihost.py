@@ -26,6 +26,7 @@ import pytest
 from userenv import COLLECTIVE_TIMEOUT_FLAG
 
 from cookbook import mesh, train
+from cookbook.train import _pod, _runs
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICES = 4  # in all: one process with 4, or two with 2 each
@@ -106,8 +107,8 @@ def test_two_processes_train_what_one_process_trains(runs):
     assert said.count("2-process job over 4 devices and no --mesh: mesh fsdp 2 x tp 2") == 1  # process 0 only
     assert train.config_of_run(two).mesh_fsdp == train.config_of_run(two).mesh_tp == 2
     # The checkpoints of the two-process run restore in this (single, 8-device) process.
-    start = train.lora_arrays(train.build_lora_model(train.config_of_run(two)))
-    weights = {n: train.lora_arrays(train.restore_lora_model(runs[n]["dir"])) for n in ("one", "control", "two")}
+    start = _runs.lora_arrays(train.build_lora_model(train.config_of_run(two)))
+    weights = {n: _runs.lora_arrays(train.restore_lora_model(runs[n]["dir"])) for n in ("one", "control", "two")}
     losses = {n: [v for _, v in train.read_metrics(runs[n]["dir"])["train/loss"]] for n in weights}
     # Step 1 (lr 0) and 2 see the same batches and nearly the same weights: the same losses to
     # float32 rounding of a mean over ~1,000 tokens (a few ulps of ~7.5).
@@ -174,11 +175,11 @@ def test_killed_process_stops_the_job_and_a_rerun_resumes_exactly(runs, tmp_path
     assert done.returncode == 0, done.stdout[-3000:]
     assert "Resuming" in done.stdout and {2, 4} <= set(train.checkpoint_steps(out))
     assert not [p for p in (out / "checkpoints").iterdir() if not p.name.isdigit()]  # no half-written step
-    got = train.lora_arrays(train.restore_lora_model(out))
-    want = train.lora_arrays(train.restore_lora_model(runs["two"]["dir"]))
-    one = train.lora_arrays(train.restore_lora_model(runs["one"]["dir"]))
-    control = train.lora_arrays(train.restore_lora_model(runs["control"]["dir"]))
-    start = train.lora_arrays(train.build_lora_model(train.config_of_run(out)))
+    got = _runs.lora_arrays(train.restore_lora_model(out))
+    want = _runs.lora_arrays(train.restore_lora_model(runs["two"]["dir"]))
+    one = _runs.lora_arrays(train.restore_lora_model(runs["one"]["dir"]))
+    control = _runs.lora_arrays(train.restore_lora_model(runs["control"]["dir"]))
+    start = _runs.lora_arrays(train.build_lora_model(train.config_of_run(out)))
     # Unlike a one-process resume (bit-identical, tests/train/test_train.py), two processes'
     # cross-process sums (Gloo on CPU) are not bit-reproducible: measured 1e-3 relative on a
     # few elements after resuming at step 3 of 6. The bound is the reduction-order control's.
@@ -187,12 +188,12 @@ def test_killed_process_stops_the_job_and_a_rerun_resumes_exactly(runs, tmp_path
 
 def test_pod_command_names_the_slice_mesh_and_bucket():
     cfg = train.train_preset("gemma4_31b").replace(data={"batch_size": 4})
-    text = train.pod_commands(cfg, slice_name="v5p-32", tpu_name="tpu1", zone="z", bucket="b", run_name="r1")
+    text = _pod.pod_commands(cfg, slice_name="v5p-32", tpu_name="tpu1", zone="z", bucket="b", run_name="r1")
     assert "16 chips on 4 hosts, mesh fsdp 4 x tp 4" in text
     assert "--worker=all" in text and "gcsfuse --implicit-dirs b" in text
     assert "cookbook train --preset gemma4_31b --batch-size 4 --mesh 4x4 --out $HOME/bucket/runs/r1" in text
     with pytest.raises(ValueError, match="use a batch that is a multiple of 4"):
-        train.pod_commands(train.train_preset("gemma4_31b"), slice_name="v5p-32")
+        _pod.pod_commands(train.train_preset("gemma4_31b"), slice_name="v5p-32")
 
 
 def test_data_that_cannot_split_over_processes_is_refused():

@@ -32,7 +32,7 @@ def test_prepare_resolves_the_base_and_its_fingerprint_once(monkeypatch, tiny_ba
     config = train.train_preset("tiny").replace(base_dir=str(tiny_base))
     run = train.prepare(config)
     for _ in range(3):  # the key, the recipe and the cache directory read what was resolved
-        assert run.key == train.cache_key(config)
+        assert run.key == _run.cache_key(config)
         assert run.recipe["base_fingerprint"] == models.fingerprint(tiny_base)
         assert run.cache_dir.name == f"tiny-{run.key}"
     # prepare: 1 each; each cache_key call above prepares again (3), each direct fingerprint call (3)
@@ -56,7 +56,7 @@ def test_ensure_trained_returns_the_finished_run_typed_and_path_like(monkeypatch
 
     done = train.ensure_trained(config)
     assert len(fingerprints) == 1
-    assert isinstance(done, train.TrainedRun) and isinstance(done, os.PathLike)
+    assert isinstance(done, _run.TrainedRun) and isinstance(done, os.PathLike)
     assert Path(done) == run.cache_dir and str(done) == str(run.cache_dir) and done.name == run.cache_dir.name
     assert done / "recipe.json" == run.cache_dir / "recipe.json" and (done / "recipe.json").is_file()
     assert done.summary == {"final_step": 7, "data_report": "fine"}
@@ -81,5 +81,5 @@ def test_an_unfinished_run_is_trained_into_the_cache_directory(monkeypatch, tmp_
 
     monkeypatch.setattr(_trainer, "train", fake_train)
     done = train.ensure_trained(config, progress=False)
-    assert isinstance(seen["run"], train.Run) and seen["run"].config is config
+    assert isinstance(seen["run"], _run.Run) and seen["run"].config is config
     assert seen["run_dir"] == seen["run"].cache_dir == done.path and done.summary == {"final_step": 1}

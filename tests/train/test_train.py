@@ -15,6 +15,8 @@ import pytest
 import userenv
 
 from cookbook import data, fit, train
+from cookbook.train import _cli as train_cli
+from cookbook.train import _config, _run, _runs, _trainer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,16 +70,16 @@ def test_the_random_twins_train_with_the_cpu_recipe_on_their_own_structure():
 
     tiny = train.train_preset("tiny")
     for twin in ("tiny_e2b", "tiny_26b_a4b"):
-        assert models.get_preset(twin).twin_of and train.recipe_of(twin) == "tiny"
+        assert models.get_preset(twin).twin_of and _config.recipe_of(twin) == "tiny"
         config = train.train_preset(twin)
         assert config.model_preset == twin and config.replace(model_preset="tiny") == tiny
         args = _cli.build_parser("train").parse_args(["train", "--preset", twin])
-        assert train.config_from_args(args) == config
+        assert train_cli.config_from_args(args) == config
     # A preset with no recipe of its own (every released size has one: tests/fit/test_search.py)
     # is refused, naming the way out.
-    assert train.recipe_of("small") is None
+    assert _config.recipe_of("small") is None
     with pytest.raises(ValueError, match="--recipe tiny"):
-        train.config_from_args(_cli.build_parser("train").parse_args(["train", "--preset", "small"]))
+        train_cli.config_from_args(_cli.build_parser("train").parse_args(["train", "--preset", "small"]))
 
 
 @pytest.mark.jax_only
@@ -97,13 +99,13 @@ def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp
         "--columns",
         "prompt=q,response=a",
     ]
-    config = train.config_from_args(_cli.build_parser("train").parse_args(argv))
+    config = train_cli.config_from_args(_cli.build_parser("train").parse_args(argv))
     assert (config.data.data_format, config.data.columns) == ("columns", {"prompt": "q", "response": "a"})
     command = train.cli_command(config, out="runs/x")
     assert "--format columns --columns prompt=q,response=a" in command
-    again = train.config_from_args(_cli.build_parser("train").parse_args(command.split()[1:]))
+    again = train_cli.config_from_args(_cli.build_parser("train").parse_args(command.split()[1:]))
     assert again == config and train.TrainConfig.from_dict(config.to_dict()) == config
-    assert train.cache_key(config) != train.cache_key(
+    assert _run.cache_key(config) != _run.cache_key(
         config.replace(data=dataclasses.replace(config.data, columns="prompt=a,response=q"))
     )
 
@@ -112,18 +114,18 @@ def test_the_data_layout_flags_reach_the_config_and_come_back_in_the_command(tmp
 def test_config_round_trip_and_cache_key(tiny_base):
     c = train.train_preset("tiny")
     assert train.TrainConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
-    key = train.cache_key(c)
-    assert key == train.cache_key(train.train_preset("tiny"))
-    assert train.cache_key(c.replace(learning_rate=c.learning_rate * 2)) != key
-    assert train.cache_key(c.replace(lora={"rank": 8})) != key
-    assert train.cache_key(c.replace(data={"seed": 1})) != key
+    key = _run.cache_key(c)
+    assert key == _run.cache_key(train.train_preset("tiny"))
+    assert _run.cache_key(c.replace(learning_rate=c.learning_rate * 2)) != key
+    assert _run.cache_key(c.replace(lora={"rank": 8})) != key
+    assert _run.cache_key(c.replace(data={"seed": 1})) != key
     # The base is keyed by content: the same bytes at another path reuse the cached run.
     import shutil
 
     copy = tiny_base.parent / f"{tiny_base.name}-copy-for-key"
     shutil.copytree(tiny_base, copy, dirs_exist_ok=True)
     try:
-        assert train.cache_key(c.replace(base_dir=str(copy))) == key
+        assert _run.cache_key(c.replace(base_dir=str(copy))) == key
     finally:
         shutil.rmtree(copy)
     # The device count decides float32 rounding (and so the weights): it keys the cache.
@@ -132,12 +134,12 @@ def test_config_round_trip_and_cache_key(tiny_base):
     from cookbook import lora
 
     q = c.replace(quantize="nf4", quant_tile=32)
-    q_key = train.cache_key(q)
+    q_key = _run.cache_key(q)
     assert q_key != key
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lora, "QLORA_STEP", lora.QLORA_STEP + " (changed)")
-        assert train.cache_key(q) != q_key
-        assert train.cache_key(c) == key
+        assert _run.cache_key(q) != q_key
+        assert _run.cache_key(c) == key
 
 
 @pytest.mark.jax_only
@@ -159,19 +161,19 @@ def test_the_thinking_sample_task_is_an_option_the_plain_run_never_sees(tiny_bas
     assert all(data.thought_of(r) for r in rows) and all(data.thought_of(r) for r in train.eval_rows(thinking))
     # The command line: --sample-task thinking is that recipe, and a config writes itself back as it.
     parse = _cli.build_parser("train").parse_args
-    assert train.config_from_args(parse(["train", "--preset", "tiny"])) == plain
-    assert train.config_from_args(parse(["train", "--preset", "tiny", "--sample-task", "thinking"])) == thinking
+    assert train_cli.config_from_args(parse(["train", "--preset", "tiny"])) == plain
+    assert train_cli.config_from_args(parse(["train", "--preset", "tiny", "--sample-task", "thinking"])) == thinking
     command = train.cli_command(thinking, out="runs/t")
     assert "--sample-task thinking" in command and "--seq-len" not in command
-    assert train.config_from_args(parse(command.split()[1:])) == thinking
+    assert train_cli.config_from_args(parse(command.split()[1:])) == thinking
     with pytest.raises(ValueError, match="carry their own thoughts"):
         plain.replace(train_data="rows.jsonl", sample_task="thinking")
     # The keys: the thinking run has its own, which the thoughts' wording enters; the plain key does not.
-    key, thinking_key = train.cache_key(plain), train.cache_key(thinking)
+    key, thinking_key = _run.cache_key(plain), _run.cache_key(thinking)
     assert thinking_key != key
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(data, "THOUGHT_TEMPLATE", data.THOUGHT_TEMPLATE + " (reworded)")
-        assert train.cache_key(thinking) != thinking_key and train.cache_key(plain) == key
+        assert _run.cache_key(thinking) != thinking_key and _run.cache_key(plain) == key
 
 
 @pytest.mark.jax_only
@@ -210,7 +212,7 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     # With LoRA dropout (31B's recipe has 0.05; here 0.5): trained with it, scored without it.
     c = small_config(grad_accum_steps=2, lora={"dropout": 0.5})
     run = tmp_path / "run"
-    result = train.train(c, run, progress=False)
+    result = _trainer.train(c, run, progress=False)
     assert result.final_step == 6 and result.resumed_from == 0
     # Layout promised to cookbook.merge.
     rec = json.loads((run / "recipe.json").read_text())
@@ -234,7 +236,7 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
 
     # The checkpoint holds trained LoRA weights; the base weights are untouched.
     model = train.restore_lora_model(run)
-    arrays = train.lora_arrays(model)
+    arrays = _runs.lora_arrays(model)
     assert arrays and any("lora_b" in k and np.abs(v).max() > 0 for k, v in arrays.items())
     from safetensors import safe_open
 
@@ -251,11 +253,11 @@ def test_short_run_layout_resume_and_refusal(tmp_path, tiny_base):
     assert np.array_equal(models.tunix_logits(model, tokens), models.tunix_logits(model, tokens))
 
     # Rerunning a finished run resumes at its last step and trains nothing more.
-    again = train.train(c, run, progress=False)
+    again = _trainer.train(c, run, progress=False)
     assert again.resumed_from == 6 and again.final_step == 6
     # Another config in the same run directory is refused, naming what changed.
     with pytest.raises(FileExistsError, match="learning_rate"):
-        train.train(c.replace(learning_rate=1e-3), run, progress=False)
+        _trainer.train(c.replace(learning_rate=1e-3), run, progress=False)
 
 
 @pytest.mark.slow
@@ -265,13 +267,13 @@ def test_nan_loss_stops_and_keeps_only_good_checkpoints(tmp_path, tiny_base):
     c = small_config(learning_rate=1e30, warmup_steps=1, checkpoint_every_steps=1, max_checkpoints=10, max_steps=6)
     run = tmp_path / "nan"
     with pytest.raises(train.NonFiniteLossError, match="last good checkpoint") as err:
-        train.train(c, run, progress=False)
+        _trainer.train(c, run, progress=False)
     steps = train.checkpoint_steps(run)
     assert steps and steps[-1] < 6, steps
     assert f"step {steps[-1]}" in str(err.value)
     assert not (run / "summary.json").exists()
     model = train.restore_lora_model(run)
-    assert all(np.isfinite(v).all() for v in train.lora_arrays(model).values())
+    assert all(np.isfinite(v).all() for v in _runs.lora_arrays(model).values())
     losses = train.read_metrics(run)["train/loss"]
     assert all(np.isfinite(v) for s, v in losses if s <= steps[-1])
 
@@ -302,10 +304,10 @@ def test_sigkill_then_rerun_resumes_and_matches_uninterrupted_run(tmp_path, tiny
 
     straight = tmp_path / "straight"
     args = _cli.build_parser("train").parse_args(_cli_command(straight)[3:])
-    train.train(train.config_from_args(args), straight, progress=False)
+    _trainer.train(train_cli.config_from_args(args), straight, progress=False)
 
-    got = train.lora_arrays(train.restore_lora_model(killed))
-    want = train.lora_arrays(train.restore_lora_model(straight))
+    got = _runs.lora_arrays(train.restore_lora_model(killed))
+    want = _runs.lora_arrays(train.restore_lora_model(straight))
     assert got.keys() == want.keys()
     # Same config, same devices and threads (train.result_determinants): a resumed run is
     # the uninterrupted run to the last bit, weights and losses.
@@ -325,7 +327,7 @@ def test_cli_rejects_a_bad_mesh_and_reports_bad_data(tmp_path, tiny_base, capsys
 
     with pytest.raises(ValueError, match="FSDPxTP"):
         args = _cli.build_parser("train").parse_args(["train", "--out", str(tmp_path), "--mesh", "four"])
-        train.config_from_args(args)
+        train_cli.config_from_args(args)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n" * 5 + json.dumps({"prompt": "a", "completion": "b"}) + "\n")
     rc = harness.main(["train", "--out", str(tmp_path / "run"), "--data", str(bad), "--max-steps", "2",
@@ -356,9 +358,9 @@ def test_sharded_training_on_a_mesh_matches_one_device(tmp_path, tiny_base, capl
     # compiled both twice: first for the fresh adapters' and optax counts' uncommitted arrays, then
     # for the committed ones a step returns (core.commit_arrays).
     mesh_run = _step_compiles(
-        caplog, lambda: train.train(c.replace(mesh_fsdp=2, mesh_tp=2), tmp_path / "mesh", progress=False)
+        caplog, lambda: _trainer.train(c.replace(mesh_fsdp=2, mesh_tp=2), tmp_path / "mesh", progress=False)
     )
-    one_run = _step_compiles(caplog, lambda: train.train(c, tmp_path / "one", progress=False))
+    one_run = _step_compiles(caplog, lambda: _trainer.train(c, tmp_path / "one", progress=False))
     assert mesh_run == one_run == {"_train_step": 1, "_eval_step": 1}, (mesh_run, one_run)
     a, b = train.read_metrics(tmp_path / "mesh"), train.read_metrics(tmp_path / "one")
     np.testing.assert_allclose([v for _, v in a["train/loss"]], [v for _, v in b["train/loss"]], rtol=1e-4)
@@ -366,8 +368,8 @@ def test_sharded_training_on_a_mesh_matches_one_device(tmp_path, tiny_base, capl
     model = train.restore_lora_model(tmp_path / "mesh")
     leaf = model.layers[0].attn.q_einsum.w_lora_a.value
     assert len(leaf.sharding.device_set) == 4
-    got = train.lora_arrays(model)
-    want = train.lora_arrays(train.restore_lora_model(tmp_path / "one"))
+    got = _runs.lora_arrays(model)
+    want = _runs.lora_arrays(train.restore_lora_model(tmp_path / "one"))
     # Step 1 has lr 0; step 2 is Adam's first update, ~lr * sign(grad) per element, so lr is the
     # scale of what training moved. A gradient within float noise of 0 may move an element by a
     # different amount, so a loose bound per element (2.5% of lr) and a tight one on the mean
@@ -384,14 +386,14 @@ def test_a_run_recorded_before_a_config_field_existed_still_resumes(tmp_path, ti
     from cookbook.train._trainer import _shared_recipe
 
     config = train.train_preset("tiny")
-    rec = train.recipe(config, tiny_base)
+    rec = _run.recipe(config, tiny_base)
     old = json.loads(json.dumps(rec))
     for field in ("quantize", "quant_tile"):
         del old["train"][field]
     (tmp_path / "recipe.json").write_text(json.dumps(old))
     _shared_recipe(tmp_path, rec)  # resumes
     with pytest.raises(FileExistsError, match="quantize"):
-        _shared_recipe(tmp_path, train.recipe(config.replace(quantize="nf4", quant_tile=32), tiny_base))
+        _shared_recipe(tmp_path, _run.recipe(config.replace(quantize="nf4", quant_tile=32), tiny_base))
 
 
 def test_a_run_is_refused_on_a_base_with_other_weights(tmp_path, tiny_base):
@@ -401,7 +403,7 @@ def test_a_run_is_refused_on_a_base_with_other_weights(tmp_path, tiny_base):
     from cookbook.train._trainer import _shared_recipe
 
     config = train.train_preset("tiny")
-    rec = train.recipe(config, tiny_base)
+    rec = _run.recipe(config, tiny_base)
     other = {**rec, "base_fingerprint": "0" * 20}
     (tmp_path / "recipe.json").write_text(json.dumps(other))
     fingerprints = rf"fingerprint {'0' * 20}\).*fingerprint {rec['base_fingerprint']}"
@@ -466,11 +468,11 @@ def test_qlora_nf4_learns_the_sample_task_and_resumes_like_lora(tmp_path, tiny_b
     cut = tmp_path / "cut"
     shutil.copytree(q_run, cut)
     shutil.rmtree(cut / "checkpoints" / str(steps[-1]))
-    again = train.train(config, cut, progress=False)
+    again = _trainer.train(config, cut, progress=False)
     assert (again.resumed_from, again.final_step) == (steps[-2], config.max_steps)
     whole, resumed = (
-        train.lora_arrays(train.restore_lora_model(q_run)),
-        train.lora_arrays(train.restore_lora_model(cut)),
+        _runs.lora_arrays(train.restore_lora_model(q_run)),
+        _runs.lora_arrays(train.restore_lora_model(cut)),
     )
     assert whole.keys() == resumed.keys() and whole
     for k in whole:

@@ -10,6 +10,7 @@ import pytest
 import twins
 
 from cookbook import train
+from cookbook.train import _runs, _trainer
 
 
 @pytest.mark.slow
@@ -31,10 +32,10 @@ def test_short_run_learns_the_task_and_resumes_bit_for_bit(name, twin_run, tmp_p
     assert steps[-1] == twins.SHORT_SCHEDULE[name]["max_steps"] and len(steps) >= 2
     cut = tmp_path / "cut"
     shutil.copytree(run_dir, cut, ignore=shutil.ignore_patterns(str(steps[-1]), "summary.json"))
-    resumed = train.train(twins.config(name), cut, progress=False)
+    resumed = _trainer.train(twins.config(name), cut, progress=False)
     assert resumed.resumed_from == steps[-2] and resumed.final_step == steps[-1]
-    got = train.lora_arrays(train.restore_lora_model(cut))
-    want = train.lora_arrays(train.restore_lora_model(run_dir))
+    got = _runs.lora_arrays(train.restore_lora_model(cut))
+    want = _runs.lora_arrays(train.restore_lora_model(run_dir))
     assert got.keys() == want.keys()
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
