@@ -175,7 +175,21 @@ def test_every_export_is_used_outside_its_package(repo_metrics):
 # The packages whose ``__init__`` exports no helper that only tests use (issue 35: such a helper
 # is reached in the tests through its private module, ``from cookbook.data import _pipeline``).
 # The other stage packages join this tuple as their APIs are curated.
-CURATED = ("core", "cost", "data", "evaluate", "gpu", "harness", "lora", "merge", "mesh", "models", "serve", "train")
+CURATED = (
+    "core",
+    "cost",
+    "data",
+    "evaluate",
+    "gpu",
+    "harness",
+    "lora",
+    "merge",
+    "mesh",
+    "models",
+    "rl",
+    "serve",
+    "train",
+)
 
 
 def test_curated_packages_export_nothing_only_tests_use(repo_metrics):

@@ -6,6 +6,7 @@ import pytest
 
 from cookbook import evaluate, rl
 from cookbook.evaluate import _simulate
+from cookbook.rl import _reward
 
 GOOD = "module add8(input [7:0] a, b, output [7:0] y);\n  assign y = a + b;\nendmodule"
 WRONG = GOOD.replace("a + b", "a - b")
@@ -54,7 +55,7 @@ def test_plain_runs_need_no_thought_and_refuse_one(add8):
         completions=[GOOD + "<turn|>", thought("x") + GOOD + "<turn|>", GOOD + "\n" + GOOD + "<turn|>"],
         problem=[add8.name] * 3,
     )
-    assert rl.well_formed("```verilog\n" + GOOD + "\n```") and not rl.well_formed("```verilog\n" + GOOD[:-9])
+    assert _reward.well_formed("```verilog\n" + GOOD + "\n```") and not _reward.well_formed("```verilog\n" + GOOD[:-9])
     # A stray thought in a plain run is malformed but its answer passes; two modules are malformed
     # and do not compile (the module is defined twice).
     assert reward.last.passed == [True, True, False] and got == [1.5, 1.0, 0.0]
