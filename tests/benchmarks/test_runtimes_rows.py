@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import fit
+from cookbook.fit import _plan_config, _search
 
 pytestmark = pytest.mark.jax_only
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ def _runtimes():
 
 def _report(quantize, error):
     config = fit.PlanConfig(model_preset="gemma4_31b", slice_name="v5e-1", seq_len=1024, quantize=quantize)
-    return fit.PlanReport(config=config.to_dict(), compiles=False, error=error)
+    return _plan_config.PlanReport(config=config.to_dict(), compiles=False, error=error)
 
 
 def test_a_cell_whose_compile_died_on_this_host_is_open_not_a_misfit():
@@ -29,7 +30,7 @@ def test_a_cell_whose_compile_died_on_this_host_is_open_not_a_misfit():
     died = _report("nf4", "at 12 layers: the compile process died (exit -9): ")
 
     def row(reports):
-        res = fit.SearchResult(preset="gemma4_31b", slice_name="v5e-1", spaces=(), reports=reports)
+        res = _search.SearchResult(preset="gemma4_31b", slice_name="v5e-1", spaces=(), reports=reports)
         return runtimes.row_of("gemma4_31b", "v5e-1", res, "benchmarks/runtimes.py", [1024])
 
     decided = row({"1x1/bf16": oom})  # the compiler's own verdict: a misfit

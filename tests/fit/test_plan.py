@@ -5,6 +5,7 @@ import json
 import pytest
 
 from cookbook import fit, lora
+from cookbook.fit import _layouts, _plan, _plan_config, _plan_report
 from cookbook.models import _base
 
 # Same values the CLI test and notebook 04's defaults use, so they reuse the cached compiles.
@@ -77,7 +78,7 @@ def test_the_compilers_step_estimate_and_its_cost(plans):
     assert bad.compiler_step_s < 0, "libtpu now gives v6e-8 an estimate here: update the notes on negative ones"
     assert not bad.has_compiler_estimate and bad.estimate_bound == "FLOP floor (no compiler estimate)"
     assert bad.estimated_step_s == bad.flop_floor_s > 0
-    assert fit.report_row(bad)["compiler tokens/s"] == "-"
+    assert _plan_report.report_row(bad)["compiler tokens/s"] == "-"
     assert fit.report_from_dict(json.loads(json.dumps(dec.to_dict()))) == dec
 
 
@@ -129,12 +130,12 @@ def test_activation_sharding_needs_the_patch():
     from cookbook import models
 
     preset = models.get_preset("tiny").with_overrides(dtype="bfloat16")
-    mesh = mesh_lib.make_mesh(2, 2, devices=fit.tpu_devices("v5p-8"))
+    mesh = mesh_lib.make_mesh(2, 2, devices=_plan.tpu_devices("v5p-8"))
     counts = {}
     for patch in (False, True):
         config = fit.PlanConfig(slice_name="v5p-8", remat="none", patch_activation_sharding=patch, **TINY)
         lowered, _ = fit.lower_train_step(config, mesh, preset)
-        counts[patch] = fit.count_sharding_constraints(lowered)
+        counts[patch] = _plan.count_sharding_constraints(lowered)
     assert counts[False] == 0  # Tunix skips shard() in a process whose devices are CPUs
     assert counts[True] > 6  # at least one per layer
 
@@ -159,12 +160,14 @@ def test_wrong_layouts_are_refused_before_compiling():
             )
         )
     with pytest.raises(ValueError, match="unknown TPU slice"):
-        fit.tpu_devices("v9-8")
+        _plan.tpu_devices("v9-8")
 
 
 @pytest.mark.jax_only
 def test_compile_failure_is_a_sentence_not_a_traceback():
-    report = fit.PlanReport(config=fit.PlanConfig().to_dict(), compiles=False, error="CompileTimeScopedVmemOom: x")
+    report = _plan_config.PlanReport(
+        config=fit.PlanConfig().to_dict(), compiles=False, error="CompileTimeScopedVmemOom: x"
+    )
     assert "does not compile for this slice: CompileTimeScopedVmemOom" in report.summary()
     assert not report.fits
     err = RuntimeError("INTERNAL: Mosaic failed\nRESOURCE_EXHAUSTED: Ran out of memory in memory space vmem\n  at ...")
@@ -205,7 +208,7 @@ def test_recommended_training_is_the_committed_pick_and_the_31b_train_preset_run
     from cookbook import train
 
     rec = fit.recommended_training("gemma4_31b")
-    assert set(rec) >= {"slice", *fit.LAYOUT_KEYS}
+    assert set(rec) >= {"slice", *_layouts.LAYOUT_KEYS}
     results = fit.load_plan_results("gemma4_31b")
     chosen = results["recommended"][rec["slice"]]
     picked = fit.report_from_dict(results["results"][chosen["from"]])
@@ -283,7 +286,7 @@ def test_plans_are_cached_under_the_one_cache_root(monkeypatch):
 
     monkeypatch.delenv("COOKBOOK_CACHE", raising=False)  # the default root: ~/.cache/gemma4-cookbook
     assert core.cache_root() == _runtime.DEFAULT_CACHE
-    path = fit.plan_cache_path(fit.PlanConfig(**TINY))
+    path = _plan.plan_cache_path(fit.PlanConfig(**TINY))
     assert path.is_relative_to(core.cache_root()) and _base.default_base_dir("tiny").is_relative_to(core.cache_root())
 
 
@@ -316,7 +319,7 @@ def test_the_rl_actor_step_compiles_for_one_chip_with_tunixs_policy_loss():
     with pytest.raises(ValueError, match="objective 'ppo'"):
         fit.plan(fit.PlanConfig(**shape, objective="ppo", completion_len=8))
     # An RL step is cached apart from the SFT step of the same shape.
-    assert fit.plan_cache_path(fit.PlanConfig(**shape)) != fit.plan_cache_path(
+    assert _plan.plan_cache_path(fit.PlanConfig(**shape)) != _plan.plan_cache_path(
         fit.PlanConfig(**shape, objective="dapo", completion_len=48)
     )
 

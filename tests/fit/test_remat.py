@@ -2,7 +2,7 @@
 
 import pytest
 
-from cookbook import fit
+from cookbook import fit, models
 
 
 @pytest.fixture(scope="module")
@@ -18,16 +18,16 @@ def test_remat_policy_swaps_nnx_remat_only_while_tracing():
     from flax import nnx
 
     original = nnx.remat
-    with fit.remat_policy("decoder_dots"):
+    with models.remat_policy("decoder_dots"):
         assert nnx.remat is not original
         import jax
 
         assert nnx.remat.keywords["policy"] is jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     assert nnx.remat is original
-    with fit.remat_policy("decoder"):
+    with models.remat_policy("decoder"):
         assert nnx.remat is original
     with pytest.raises(ValueError, match="not one of"):
-        fit.get_remat_choice("everything")
+        models.get_remat_choice("everything")
 
 
 @pytest.mark.slow

@@ -11,11 +11,12 @@ import json
 import pytest
 
 from cookbook import core, fit, mesh
+from cookbook.fit import _runtimes
 from cookbook.mesh import _runtime
 
 pytestmark = pytest.mark.jax_only
 
-DATA = fit.load_runtimes()
+DATA = _runtimes.load_runtimes()
 ROWS = DATA["rows"]
 
 
@@ -113,7 +114,7 @@ def test_the_advice_names_the_largest_size_that_fits_the_detected_chip():
         slice=one_chip,
         fake_cpu_devices=False,
     )
-    best = fit.largest_fitting("v5e-1")
+    best = _runtimes.largest_fitting("v5e-1")
     assert best is not None and best["fits"]
     bigger = fit.SIZES_BY_PARAMS[fit.SIZES_BY_PARAMS.index(best["preset"]) + 1 :]
     assert not any(ROWS.get(f"{p}/v5e-1", {}).get("fits") for p in bigger)
@@ -126,7 +127,7 @@ def test_the_answers_scale_hours_by_the_papers_measured_efficiency():
     """The estimate is a lower bound (the compiler's, or every FLOP at peak); the paper's 31B run
     on v5p-8 measured 763 tokens/s, a fraction of its layout's floor, and the answers also give
     hours at that fraction."""
-    mfu = fit.paper_mfu(DATA)
+    mfu = _runtimes.paper_mfu(DATA)
     v5p = ROWS["gemma4_31b/v5p-8"]
     assert mfu == pytest.approx(763.0 / v5p["floor_tokens_per_s"]) and 0 < mfu < 0.2
     answers = fit.runtime_answers(DATA)

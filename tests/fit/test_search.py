@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cookbook import fit, harness, lora
-from cookbook.fit import _search
+from cookbook.fit import _plan, _plan_config, _search, _search_results
 from cookbook.train import _config
 
 # Small enough to compile in seconds; the CLI test below asks for the same configs (cached). No
@@ -53,7 +53,9 @@ def test_an_extrapolated_layout_agrees_with_its_full_depth_compile():
     assert extrapolated.extrapolated_from == (6, 12) and full.extrapolated_from is None
     # What is linear in depth by construction (one LoRA pair per projection per layer, the same
     # stored state per layer) comes out exact.
-    assert extrapolated.lora_params == full.lora_params == lora.expected_lora_params(fit.preset_for(config), BASE.lora)
+    assert (
+        extrapolated.lora_params == full.lora_params == lora.expected_lora_params(_plan.preset_for(config), BASE.lora)
+    )
     assert extrapolated.argument_bytes == pytest.approx(full.argument_bytes, rel=1e-3)
     assert extrapolated.flops_per_chip == pytest.approx(full.flops_per_chip, rel=1e-3)
     # The control: scaling one 6-layer probe by depth misses the fixed part (embedding, logits).
@@ -101,7 +103,7 @@ def test_the_search_ranks_by_the_compilers_estimate_and_says_what_it_dropped(tin
     r = res.reports[biggest]
     tight = dataclasses.replace(res, margin=0.999 * r.total_bytes / r.hbm_bytes)
     assert biggest not in tight.ranked and "does not fit with margin" in tight.rejected()[biggest]
-    rec = fit.recommended_from(res)
+    rec = _search_results.recommended_from(res)
     assert rec["from"] == res.ranked[0] and rec["estimated_tokens_per_s"] == speeds[0]
 
 
@@ -114,7 +116,7 @@ def test_the_splash_kernels_are_invisible_to_the_compiler_and_the_planner_adds_t
 
     dense = tiny_search.reports["v5p-8/2x2/b2/none/dense"]
     splash = tiny_search.reports["v5p-8/2x2/b2/none/splash128"]
-    preset = fit.preset_for(BASE)
+    preset = _plan.preset_for(BASE)
     dense_attn = _kernels.attention_flops(preset, batch=2, seq_len=256, block=128, remat="none", splash=False) / 4
     splash_attn = _kernels.attention_flops(preset, batch=2, seq_len=256, block=128, remat="none") / 4
     assert splash_attn > 0.9 * dense_attn  # what the kernels really compute here
@@ -146,13 +148,13 @@ def test_a_search_that_finds_everything_cached_compiles_nothing(tiny_search, mon
     assert again.ranked == tiny_search.ranked and not any("compiles to do" in s for s in said)
 
 
-def _report(slice_name: str, tokens_per_s: float, gib: float = 10.0) -> fit.PlanReport:
+def _report(slice_name: str, tokens_per_s: float, gib: float = 10.0) -> _plan_config.PlanReport:
     """A compiled report whose compiler estimate gives ``tokens_per_s`` (for the cheapest-slice logic)."""
     from cookbook import core
 
     chip = core.get_slice(slice_name).chip
     tokens = 4096
-    return fit.PlanReport(
+    return _plan_config.PlanReport(
         config=fit.PlanConfig(model_preset="gemma4_31b", slice_name=slice_name).to_dict(),
         compiles=True,
         fsdp=1,
@@ -171,14 +173,14 @@ def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get
     from cookbook import core
 
     results = [
-        fit.SearchResult(
+        _search.SearchResult(
             preset="gemma4_31b", slice_name=s, spaces=(fit.SearchSpace(),), reports={f"{s}/x": _report(s, tps)}
         )
         for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0), ("v5e-8", 800.0))
     ]
     # Every TPU slice has an on-demand price; spot prices are the user's to give: three given, v5e-8's not.
     spot = {"tpu-v5p-8:spot": 6.0, "tpu-v6e-8:spot": 9.0, "tpu-v6e-4:spot": 4.5}
-    out = fit.cheapest(results, pricing="spot", overrides=spot)
+    out = _search_results.cheapest(results, pricing="spot", overrides=spot)
     cost = {r["slice"]: r["usd_per_million_tokens"] for r in out["slices"]}
     for s, tps in (("v5p-8", 1000.0), ("v6e-8", 2000.0), ("v6e-4", 1200.0)):
         price = core.get_price(core.platform_of_slice(s), "spot", spot).usd_per_hour
@@ -188,13 +190,13 @@ def test_the_cheapest_slice_is_the_lowest_cost_per_token_and_unpriced_slices_get
     assert v5e["usd_per_million_tokens"] is None and "--price tpu-v5e-8:spot=" in v5e["why"]
     # At its break-even price v5e-8 costs exactly what the winner does; a cent less and it wins.
     be = v5e["break_even_usd_per_hour"]
-    priced = fit.cheapest(results, pricing="spot", overrides={**spot, "tpu-v5e-8:spot": be - 0.01})
+    priced = _search_results.cheapest(results, pricing="spot", overrides={**spot, "tpu-v5e-8:spot": be - 0.01})
     assert priced["winner"]["slice"] == "v5e-8"
-    on_demand = fit.cheapest(results)  # list prices: every slice priced
+    on_demand = _search_results.cheapest(results)  # list prices: every slice priced
     assert all(r["usd_per_million_tokens"] is not None for r in on_demand["slices"])
     # A slice where nothing fits is named, not silently skipped.
     none_fit = dataclasses.replace(results[0], reports={"v5p-8/x": _report("v5p-8", 1000.0, gib=90.0)})
-    assert fit.cheapest([none_fit])["slices"][0]["why"] == "no layout fits with margin"
+    assert _search_results.cheapest([none_fit])["slices"][0]["why"] == "no layout fits with margin"
 
 
 @pytest.mark.slow
@@ -273,7 +275,7 @@ def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
 
     data = fit.load_plan_results("gemma4_31b")
     searches = {r.slice_name: r for r in fit.load_search(data)}
-    assert set(searches) == set(fit.SINGLE_HOST_SLICES) and data["versions"]["libtpu"]
+    assert set(searches) == set(_search.SINGLE_HOST_SLICES) and data["versions"]["libtpu"]
     # v5p-8 searched in full, v6e-8 on 8 layouts; the 8-chip probes compile in 5-14 min each
     # here, so those searches are small (benchmarks/plan_search.py says which layouts each covers).
     assert len(searches["v5p-8"].ranked) >= 8 and len(searches["v6e-8"].reports) >= 8
@@ -288,7 +290,7 @@ def test_the_committed_31b_search_is_ranked_checked_and_what_training_runs():
             assert tuple(r.extrapolated_from) == (6, 12) and r.plan_config.num_layers is None
         if s in data["recommended"]:
             assert data["recommended"][s]["from"] == res.best(base_only=True)
-    assert fit.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
+    assert _search_results.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
     # QLoRA (nf4, int8) compiled for the small slices, with its per-chip memory, by today's QLoRA
     # step (stale otherwise: rerun benchmarks/plan_search.py).
     assert data["qlora_step"] == lora.QLORA_STEP
@@ -329,9 +331,9 @@ def test_the_committed_search_of_each_other_size_is_ranked_checked_and_what_trai
     data = fit.load_plan_results(preset)
     assert data["preset"] == preset and data["versions"]["libtpu"]
     searches = {r.slice_name: r for r in fit.load_search(data)}
-    assert set(searches) == set(fit.SINGLE_HOST_SLICES)
+    assert set(searches) == set(_search.SINGLE_HOST_SLICES)
     probes = _search.probe_depths(fit.PlanConfig(model_preset=preset))
-    want_lora = lora.expected_lora_params(fit.preset_for(fit.PlanConfig(model_preset=preset)), fit.PlanConfig().lora)
+    want_lora = lora.expected_lora_params(_plan.preset_for(fit.PlanConfig(model_preset=preset)), fit.PlanConfig().lora)
     # Every slice is in the file; a slice the search has not compiled yet (CPU time: a full-depth
     # E2B/E4B compile took 10-20 CPU-minutes here) has no reports, and the family table says so.
     table = {row["slice"]: row for row in fit.family_table([preset])}
@@ -355,7 +357,7 @@ def test_the_committed_search_of_each_other_size_is_ranked_checked_and_what_trai
             r = res.reports[n]
             assert r.fits_with_margin and r.estimated_step_s >= r.flop_floor_s > 0
         assert data["recommended"].get(s, {}).get("from") == res.best(base_only=True)
-    assert fit.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
+    assert _search_results.cheapest(list(searches.values()))["winner"] == data["cheapest"]["winner"]
     # The training recipe runs the recommendation of its default slice, exactly as compiled.
     rec = fit.recommended_training(preset)
     picked = fit.report_from_dict(data["results"][rec["from"]])
@@ -371,7 +373,7 @@ def test_the_family_table_has_every_size_and_slice_and_says_what_fits_where_noth
     cells this host could not compile (E2B's 8-chip program, out of RAM) say why."""
     rows = {(r["preset"], r["slice"]): r for r in fit.family_table()}
     assert {p for p, _ in rows} == {"gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b"}
-    assert {s for _, s in rows} == set(fit.SINGLE_HOST_SLICES) and len(rows) == 16
+    assert {s for _, s in rows} == set(_search.SINGLE_HOST_SLICES) and len(rows) == 16
     uncompiled = {k for k, r in rows.items() if r["fits"] is None}
     assert uncompiled == {("gemma4_e2b", "v5e-8"), ("gemma4_e2b", "v6e-8")}
     for k in uncompiled:
@@ -424,7 +426,7 @@ def test_every_released_size_shows_its_training_config_with_no_weights_and_no_tp
 def test_the_family_table_has_every_size_on_every_slice_and_says_what_would_fit():
     rows = fit.family_table()
     assert {(r["preset"], r["slice"]) for r in rows} == {
-        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES
+        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in _search.SINGLE_HOST_SLICES
     }
     for r in rows:
         rec = fit.load_plan_results(r["preset"])["recommended"].get(r["slice"])
@@ -447,7 +449,7 @@ def test_compiles_run_in_child_processes_and_a_dead_child_costs_one_row(monkeypa
 
     plan_cache_path(config).unlink(missing_ok=True)
     got = fit.compile_all([config], workers=1, progress=False, say=lambda _: None)[config]
-    assert got.compiles and got.lora_params == lora.expected_lora_params(fit.preset_for(config), BASE.lora)
+    assert got.compiles and got.lora_params == lora.expected_lora_params(_plan.preset_for(config), BASE.lora)
     assert plan_cache_path(config).is_file()  # the child's compile is cached for everyone
     plan_cache_path(config).unlink()
     monkeypatch.setattr(sys, "executable", "/bin/false")  # every child dies at once

@@ -3,6 +3,7 @@
 import pytest
 
 from cookbook import fit
+from cookbook.fit import _sharding
 
 # Needs the JAX stack only: also runs in the TPU-host environment (scripts/run_tests.sh).
 pytestmark = pytest.mark.jax_only
@@ -10,11 +11,11 @@ pytestmark = pytest.mark.jax_only
 
 def test_projection_keeps_input_axes_on_a_and_output_axes_on_b():
     # q_einsum w (N, D, H) sharded (tp, fsdp, None); D is contracted.
-    assert fit.project_lora_specs(("tp", "fsdp", None), (1,), 3) == (("fsdp", None), (None, "tp", None))
+    assert _sharding.project_lora_specs(("tp", "fsdp", None), (1,), 3) == (("fsdp", None), (None, "tp", None))
     # attn_vec_einsum w (N, H, D) sharded (tp, None, fsdp); N and H are contracted.
-    assert fit.project_lora_specs(("tp", None, "fsdp"), (0, 1), 3) == (("tp", None, None), (None, "fsdp"))
+    assert _sharding.project_lora_specs(("tp", None, "fsdp"), (0, 1), 3) == (("tp", None, None), (None, "fsdp"))
     # a spec shorter than the weight is padded with None.
-    assert fit.project_lora_specs(("fsdp",), (0,), 2) == (("fsdp", None), (None, None))
+    assert _sharding.project_lora_specs(("fsdp",), (0,), 2) == (("fsdp", None), (None, None))
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_lora_params_sit_on_projected_shardings(lora_model):
     for (module, name), (a_shard, b_shard) in expected.items():
         assert _shard_shape(getattr(module, name + "_lora_a")) == a_shard, (module, name)
         assert _shard_shape(getattr(module, name + "_lora_b")) == b_shard, (module, name)
-    specs = fit.lora_specs(lora_model)
+    specs = _sharding.lora_specs(lora_model)
     assert len(specs) == 6 * 6  # q, kv (or k = v), o, gate, up, down on each of the 6 layers
 
 
@@ -59,7 +60,7 @@ def test_jitted_optimizer_is_replicated_until_fixed(lora_model, mesh_4x2):
 
     # The trap: an optimizer built inside jit has zeros with no sharding to inherit.
     optimizer = nnx.jit(lambda m: nnx.Optimizer(m, optax.adamw(1e-3), wrt=nnx.LoRAParam))(lora_model)
-    before = {r["what"]: r for r in fit.memory_table(lora_model, optimizer)}
+    before = {r["what"]: r for r in _sharding.memory_table(lora_model, optimizer)}
     opt_before = before["optimizer state"]
     assert opt_before["replicated_mib"] == pytest.approx(opt_before["total_mib"], rel=1e-3)
     assert opt_before["max_per_device_mib"] == pytest.approx(opt_before["total_mib"], rel=1e-3)
@@ -70,7 +71,7 @@ def test_jitted_optimizer_is_replicated_until_fixed(lora_model, mesh_4x2):
     assert moved["lora"] == 0  # Qwix placed eagerly-created adapters right already
     assert moved["optimizer"] == 2 * 72  # mu and nu of every LoRA A and B
     fit.check_no_large_replicas(lora_model, optimizer)
-    after = {r["what"]: r for r in fit.memory_table(lora_model, optimizer)}
+    after = {r["what"]: r for r in _sharding.memory_table(lora_model, optimizer)}
     assert after["optimizer state"]["replicated_mib"] < 0.001
     # mu/nu are laid out exactly like the LoRA params they track: twice their per-device bytes.
     assert after["optimizer state"]["max_per_device_mib"] == pytest.approx(
@@ -89,12 +90,12 @@ def test_abstract_state_gets_the_same_shardings(mesh_4x2):
     from cookbook import lora
 
     model = lora.abstract_lora_model("tiny", lora.LoraConfig(rank=8, alpha=16.0, targets="all-linear"))
-    fit.set_lora_specs(model)
-    state = fit.abstract_with_shardings(nnx.state(model, nnx.LoRAParam), mesh_4x2)
+    _sharding.set_lora_specs(model)
+    state = _sharding.abstract_with_shardings(nnx.state(model, nnx.LoRAParam), mesh_4x2)
     b = state["layers"][5]["attn"]["k_einsum"]["w_lora_b"].get_value()
     assert isinstance(b, jax.ShapeDtypeStruct)
     assert b.sharding.shard_shape(b.shape) == (8, 1, 64)
-    opt = fit.abstract_optimizer_state(optax.adamw(1e-3), state, mesh_4x2)
+    opt = _sharding.abstract_optimizer_state(optax.adamw(1e-3), state, mesh_4x2)
     nu_b = opt[0].nu["layers"][5]["attn"]["k_einsum"]["w_lora_b"]
     nu_b = nu_b.get_value() if hasattr(nu_b, "get_value") else nu_b
     assert nu_b.sharding.spec == b.sharding.spec

@@ -7,6 +7,7 @@ from nbutil import run_notebook
 @pytest.mark.slow
 def test_notebook_04_remat_and_plans(tmp_path):
     from cookbook import fit
+    from cookbook.fit import _search
 
     r = run_notebook("04_remat", tmp_path, REMAT_CHOICES="none,block,decoder", BATCH=4, SEQ_LEN=64, STEPS=2)
     trap = r["lora_trap"]
@@ -33,7 +34,7 @@ def test_notebook_04_remat_and_plans(tmp_path):
     # The committed 31B search, as the notebook read it: v5p-8's best is what training runs.
     assert r["search_31b"]["v5p-8"]["ranked"][0] == fit.load_plan_results("gemma4_31b")["recommended"]["v5p-8"]["from"]
     assert all("does not" in why for why in r["search_31b"]["v5p-8"]["dropped"].values())
-    assert r["cheapest_31b"]["slice"] in fit.SINGLE_HOST_SLICES and r["cheapest_31b"]["usd_per_million_tokens"] > 0
+    assert r["cheapest_31b"]["slice"] in _search.SINGLE_HOST_SLICES and r["cheapest_31b"]["usd_per_million_tokens"] > 0
     assert r["extrapolation_check"] and all(
         abs(v["flops_per_chip"]["relative_error"]) < 1e-4  # measured <= 7e-6
         for v in r["extrapolation_check"]
@@ -42,7 +43,7 @@ def test_notebook_04_remat_and_plans(tmp_path):
     family = r["family_table"]
     assert family == fit.family_table()
     assert {(row["preset"], row["slice"]) for row in family} == {
-        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in fit.SINGLE_HOST_SLICES
+        (p, s) for p in ("gemma4_31b", "gemma4_26b_a4b", "gemma4_e4b", "gemma4_e2b") for s in _search.SINGLE_HOST_SLICES
     }
     assert all(row["fits"] or row["what would fit"] for row in family)
     # Section 6: sizes x the runtimes users have, read from benchmarks/results/runtimes.json.
