@@ -244,22 +244,24 @@ def argument_bytes_floor(config: PlanConfig) -> int:
     about a fit. Lowering 31B at full depth takes about 11 s and little memory here; its compile
     was killed at 24 GB. Measured: 31B nf4 on v5e-1 at 6 layers, 4.2923 GiB lowered against the
     compiler's 4.2940 (its padding)."""
+    import math
+
     import jax
 
-    from cookbook import mesh as mesh_lib
-
-    preset = preset_for(config)
     fsdp, tp = precheck(config)
     devices = tpu_devices(config.slice_name)
-    lower = lower_decode_step if config.objective == "decode" else lower_train_step
-    lowered, _ = lower(config, mesh_lib.make_mesh(fsdp, tp, devices=devices), preset)
-    bits = 0
-    for arg in jax.tree.leaves(lowered.args_info):
-        size = 1
-        for d in arg.shape:
-            size *= d
-        bits += size * jax.dtypes.itemsize_bits(arg.dtype)  # nf4's uint4 codes: 4 bits, not a byte
+    lowered, _ = lower_step(config, fsdp, tp, devices)
+    # nf4's uint4 codes are 4 bits, not a byte
+    bits = sum(math.prod(a.shape) * jax.dtypes.itemsize_bits(a.dtype) for a in jax.tree.leaves(lowered.args_info))
     return bits // 8 // len(devices)
+
+
+def lower_step(config: PlanConfig, fsdp: int, tp: int, devices: list):
+    """Lower ``config``'s step (train or decode) on an fsdp x tp mesh of ``devices``: (lowered, lora_count)."""
+    from cookbook import mesh as mesh_lib
+
+    lower = lower_decode_step if config.objective == "decode" else lower_train_step
+    return lower(config, mesh_lib.make_mesh(fsdp, tp, devices=devices), preset_for(config))
 
 
 def preset_for(config: PlanConfig) -> models.ModelPreset:
@@ -375,13 +377,9 @@ def precheck(config: PlanConfig) -> tuple[int, int]:
 
 
 def _compile_plan(config: PlanConfig) -> PlanReport:
-    from cookbook import mesh as mesh_lib
-
-    preset = preset_for(config)
     fsdp, tp = precheck(config)
     devices = tpu_devices(config.slice_name)
     chips = len(devices)
-    mesh = mesh_lib.make_mesh(fsdp, tp, devices=devices)
     figures = chip_figures(config.slice_name)
     base = dict(
         config=config.to_dict(),
@@ -394,8 +392,7 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
     )
     t0 = time.perf_counter()
     try:
-        lower = lower_decode_step if config.objective == "decode" else lower_train_step
-        lowered, lora_count = lower(config, mesh, preset)
+        lowered, lora_count = lower_step(config, fsdp, tp, devices)
     except ValueError as e:  # a kernel that refuses the shapes (Tunix's splash on KV-shared layers)
         return PlanReport(
             **base, compiles=False, error=f"does not lower: {compiler_reason(e)}", compile_s=time.perf_counter() - t0
