@@ -1,16 +1,18 @@
-"""Stage 08 (after serving): functional evaluation as the paper scored it, pass@k with a Verilog simulator.
+"""Functional evaluation as the paper scored it, pass@k with a Verilog simulator; the stage after data.
 
 Problems in verilog-eval's layout (``_problems``; the sample task's held-out rows are written
 in it too), completions from a vLLM endpoint, Tunix's sampler or transformers ``generate``
 (``_generate``), each compiled and simulated with Icarus Verilog against the problem's
 testbench (``_simulate``), and scored as unbiased pass@k, with the quality table in the
 paper's form (``_score``); a trained model's greedy answers on the held-out rows in one call
-(``_held_out``). ``cookbook eval`` is the command line (``_cli``). Notebook 06 reports
-functional pass@1 beside exact match (its sections: ``_sections``); notebook 08 pass@1 / pass@5
-of the served model (``_served``).
+(``_held_out``). ``cookbook eval`` is the command line (``_cli``; ``cookbook.harness`` adds a
+training run's model to its sources). It comes before the stages that score with it: notebook
+06 reports functional pass@1 beside exact match (``cookbook.train``'s scores), notebook 08
+pass@1 / pass@5 of the served model and its adapters (``cookbook.serve``), notebook 10 rewards
+RL with the simulator (``cookbook.rl``).
 """
 
-from cookbook.evaluate._cli import register_cli as register_eval_cli
+from cookbook.evaluate._cli import add_eval_parser
 from cookbook.evaluate._generate import (
     PAPER_SAMPLING,
     endpoint_samples,
@@ -19,7 +21,7 @@ from cookbook.evaluate._generate import (
     transformers_samples,
     tunix_samples,
 )
-from cookbook.evaluate._held_out import greedy_sampling
+from cookbook.evaluate._held_out import HeldOutResult, greedy_sampling, held_out_greedy
 from cookbook.evaluate._problems import (
     Problem,
     ProblemError,
@@ -38,13 +40,6 @@ from cookbook.evaluate._score import (
     score_generation,
     score_greedy,
 )
-from cookbook.evaluate._sections import (
-    metric_examples,
-    score_base_model,
-    score_fine_tuned,
-    score_thinking_variant,
-)
-from cookbook.evaluate._served import served_adapters
 from cookbook.evaluate._simulate import (
     SimConfig,
     SimulatorMissing,
@@ -56,12 +51,9 @@ from cookbook.evaluate._simulate import (
 )
 
 __all__ = [
-    # notebook 06's evaluation steps and notebook 08's served adapters, each a typed result
-    "score_base_model",
-    "score_fine_tuned",
-    "score_thinking_variant",
-    "metric_examples",
-    "served_adapters",
+    # a trained model's greedy answers to the held-out rows, scored (notebook 06's and 08's scores)
+    "held_out_greedy",
+    "HeldOutResult",
     # problem sets in verilog-eval's layout, and the sample task's held-out problems
     "Problem",
     "load_problems",
@@ -91,8 +83,8 @@ __all__ = [
     "quality_row",
     "committed_quality_row",
     "quality_table",
-    # the command line (cookbook eval)
-    "register_eval_cli",
+    # the command line (cookbook eval; cookbook.harness registers it with a training run's model)
+    "add_eval_parser",
     # errors: a problem set that cannot be read, completions that do not fit it, no simulator on PATH
     "ProblemError",
     "CompletionsError",

@@ -8,13 +8,19 @@
 
 A progress bar goes to stderr, one JSON result per problem to stdout (or ``--out``), and the
 summary (pass@k, outcome counts, simulation speed) last, to stderr and ``--summary``.
+
+A training run's model (``--run``) is ``cookbook.train``'s, a later stage than this one: the
+command is put together in ``cookbook.harness``, which passes :func:`add_eval_parser` the two
+functions that check a run's base and load its model.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cookbook.evaluate import _generate as gen_lib
 from cookbook.evaluate import _problems as problems_lib
@@ -22,7 +28,19 @@ from cookbook.evaluate import _score as score_lib
 from cookbook.evaluate import _simulate as sim_lib
 
 
-def register_cli(sub) -> None:
+def add_eval_parser(
+    sub,
+    *,
+    check_run: Callable[[Path], Any] | None = None,
+    run_model: Callable[[Path, bool], tuple[Any, Any, bool]] | None = None,
+):
+    """Add ``cookbook eval`` to ``sub`` (an ``argparse`` subparsers action) and return its parser.
+
+    ``check_run(run_dir)`` raises where a training run's recorded base no longer holds its
+    weights; ``run_model(run_dir, base)`` returns the run's Tunix model (its base with LoRA off
+    when ``base``), its tokenizer and whether it was trained to think. Without them ``--run``
+    is refused with a message.
+    """
     p = sub.add_parser(
         "eval",
         help="functional pass@k with Icarus Verilog: an endpoint, a training run, or completions",
@@ -76,7 +94,8 @@ def register_cli(sub) -> None:
     p.add_argument("--out", default=None, help="write the per-problem JSON lines here instead of stdout")
     p.add_argument("--summary", default=None, help="also write the summary JSON here")
     p.add_argument("--save-completions", default=None, help="write the sampled completions as JSONL here")
-    p.set_defaults(func=_cli)
+    p.set_defaults(func=_cli, check_run=check_run, run_model=run_model)
+    return p
 
 
 def _fail(message: str) -> int:
@@ -117,9 +136,9 @@ def _run(args) -> int:
             raise FileNotFoundError(
                 f"{args.run} is not a training run (no recipe.json); pass a `cookbook train --out` dir"
             )
-        from cookbook import train
-
-        train.check_run_base(args.run)  # the weights at the recorded base path are still the ones it trained on
+        if args.check_run is None or args.run_model is None:
+            return _fail("--run needs the training stage: run it as `cookbook eval` (cookbook.harness.main)")
+        args.check_run(Path(args.run))  # the weights at the recorded base path are still the ones it trained on
     every = problems_lib.load_problems(args.problems)
     problems = every[: args.limit]
     sim_lib.simulator()  # before sampling for minutes
@@ -206,16 +225,11 @@ def _sample(args, problems, sampling, tick):
         return gen_lib.transformers_samples(
             model, tokenizer, problems, sampling, system=args.system, thinking=args.thinking, on_done=tick
         )
-    from cookbook import data, train
-
-    run_dir = Path(args.run)
-    config = train.config_of_run(run_dir)
-    base_dir = train.resolve_base_dir(config)
-    model = train.build_lora_model(config, base_dir) if args.base else train.restore_lora_model(run_dir)
-    thinking = args.thinking or config.sample_task == "thinking"  # prompted as it was trained
+    model, tokenizer, trained_thinking = args.run_model(Path(args.run), args.base)
+    thinking = args.thinking or trained_thinking  # prompted as it was trained
     generation, _ = gen_lib.tunix_samples(
         model,
-        data.load_tokenizer(base_dir=base_dir),
+        tokenizer,
         problems,
         sampling,
         system=args.system,

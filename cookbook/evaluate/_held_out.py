@@ -4,21 +4,19 @@ The rows become verilog-eval problems (:func:`sample_task_problems`), Tunix's sa
 each greedily within the answer budget (plus the longest thought channel for a thinking run,
 ``cookbook.data.answer_budget`` / ``thought_budget``), and Icarus Verilog scores the answers;
 for a thinking run, whether each row's thought appears in its completion is counted too.
-Notebook 06 (section 11) and the thinking tests read the same :class:`HeldOutResult`; notebook 06
-shows what each metric says of hand-made answers with :func:`judge_rewrites`.
+Notebook 06's scores (``cookbook.train``: the base, the fine-tune, the thinking run), notebook 08's
+served thinking run (``cookbook.serve``) and the thinking tests read the same :class:`HeldOutResult`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from cookbook import data as data_lib
 from cookbook.evaluate._generate import GREEDY, Generation, SamplingConfig, tunix_samples
-from cookbook.evaluate._problems import Problem, rewrites, sample_task_problems
-from cookbook.evaluate._score import Scores, quality_row, score_generation
-from cookbook.evaluate._simulate import simulate
+from cookbook.evaluate._problems import Problem, sample_task_problems
+from cookbook.evaluate._score import Scores, score_generation
 
 
 def greedy_sampling(tokenizer, rows: list[dict], *, thinking: bool = False) -> SamplingConfig:
@@ -74,23 +72,6 @@ class HeldOutResult:
         )
 
 
-def before_after(before: HeldOutResult, after: HeldOutResult, preset: str) -> tuple[str, list[dict[str, Any]]]:
-    """The base's and the fine-tune's greedy scores on the same rows (:func:`held_out_greedy`):
-    the lines that compare them, and the two rows of the quality table (``quality_row``)."""
-    s = after.scores
-    lines = [
-        f"exact match: base {before.exact_match:.1%} -> fine-tuned {after.exact_match:.1%} on {len(after.rows)} "
-        "held-out prompts",
-        f"functional pass@1: base {before.pass1:.1%} -> fine-tuned {after.pass1:.1%}; outcomes {s.outcome_counts}; "
-        f"simulated at {s.samples_per_s:.0f} samples/s with {s.workers} workers",
-    ]
-    quality = [
-        quality_row(f"{preset} base", "-", "Tunix sampler", greedy=before.scores),
-        quality_row(f"{preset} + LoRA", "TPU recipe (Tunix)", "Tunix sampler", greedy=after.scores),
-    ]
-    return "\n".join(lines), quality
-
-
 def held_out_greedy(model, tokenizer, rows: list[dict], *, thinking: bool = False, batch_size: int = 50, sampler=None):
     """Greedy answers of ``model`` (Tunix, LoRA applied) to ``rows`` (held-out sample-task rows),
     prompted with thinking on when ``thinking``, scored by the simulator."""
@@ -107,66 +88,4 @@ def held_out_greedy(model, tokenizer, rows: list[dict], *, thinking: bool = Fals
         scores=score_generation(problems, generation),
         thinking=thinking,
         sampler=sampler,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class ThinkingRun:
-    """The thinking variant of a preset's recipe (:func:`thinking_variant`): trained, then scored."""
-
-    config: Any  # the thinking recipe's TrainConfig
-    run_dir: Path
-    summary: dict[str, Any]  # the run's summary.json
-    held_out: HeldOutResult  # greedy answers to the held-out rows, thinking on
-    marked_row: str  # the first held-out row as trained: trained tokens in [[ ]]
-
-    @property
-    def thoughts_right_rate(self) -> float:
-        return self.held_out.thoughts_right / len(self.held_out.rows)
-
-    def describe(self) -> str:
-        """How long it trained, its pass@1 and thoughts right, and one completion: as decoded, and as scored."""
-        h, s = self.held_out, self.summary
-        first = h.completions[0]
-        return (
-            f"{self.run_dir.name}: {s['final_step']} steps in {s['train_time_s']:.0f} s; functional pass@1 "
-            f"{h.pass1:.1%} of {len(h.rows)}, the thought right in {h.thoughts_right}\n"
-            f"one completion, as Tunix decodes it:\n{first.split('<turn|>')[0]}\n"
-            f"what is scored:\n{data_lib.clean_completion(first)}"
-        )
-
-
-def thinking_variant(preset: str, tokenizer, *, num_rows: int, batch_size: int = 50) -> ThinkingRun:
-    """Train the thinking variant of ``preset``'s recipe (a thought, then the module; reused from the
-    cache when trained), then score its greedy answers on ``num_rows`` held-out rows with thinking on:
-    only the module is simulated, and each row's thought is looked for in its completion."""
-    from cookbook import train
-
-    config = train.train_preset(preset, sample_task="thinking")
-    rows = train.eval_rows(config)[:num_rows]
-    run_dir = train.ensure_trained(config)
-    model = train.restore_lora_model(run_dir)
-    return ThinkingRun(
-        config=config,
-        run_dir=run_dir,
-        summary=train.run_summary(run_dir),
-        held_out=held_out_greedy(model, tokenizer, rows, thinking=True, batch_size=batch_size),
-        marked_row=data_lib.marked_tokens(tokenizer, rows[0]),
-    )
-
-
-def judge_rewrites(problem: Problem, row: dict) -> list[dict[str, Any]]:
-    """What each metric says of :func:`rewrites`' hand-made answers to ``problem`` (its ``row``):
-    ``{"answer", "exact_match", "outcome", "detail", ...}`` per answer (notebook 06)."""
-    return [
-        {"answer": label, "exact_match": data_lib.exact_match(c, row), **simulate(problem, c).as_dict()}
-        for label, c in rewrites(problem).items()
-    ]
-
-
-def format_judged(judged: list[dict[str, Any]]) -> str:
-    """:func:`judge_rewrites`' verdicts, one line per answer."""
-    return "\n".join(
-        f"{j['answer']:48} exact match {j['exact_match']!s:5}  simulator: {j['outcome']:13} {j['detail'][:60]}"
-        for j in judged
     )

@@ -50,8 +50,8 @@ optimizer                  optax AdamW b1 0.9 b2 0.99, global-     ``adamw_torch
 ``train_grpo_gpu.py`` (a copy of :mod:`cookbook.gpu.train_grpo_gpu`, with ``train_gpu.py`` for its LoRA
 helpers; neither needs the cookbook). ``tests/gpu/test_rl_recipe.py`` checks on CPU that the script's
 reward equals ``cookbook.rl.VerilogReward`` and that TRL's loss on one batch equals Tunix's.
-This package comes before ``cookbook.rl`` and ``cookbook.evaluate``, so their configs and problems
-are taken as they are (duck-typed), never imported. Written by hand: only the translation between the
+This package comes before ``cookbook.rl``, so its configs are taken as they are (duck-typed),
+never imported; so are the problems (``cookbook.evaluate``'s, or anything with their fields). Written by hand: only the translation between the
 two stacks' configurations; the training is TRL's, PEFT's and accelerate's.
 """
 

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("cookbook.merge", "merge a LoRA checkpoint into Hugging Face safetensors, streamed"),
     "serve": ("cookbook.serve", "serve a checkpoint with vLLM on 127.0.0.1 (or print the TPU command)"),
     "bench": ("cookbook.serve", "load-test an OpenAI-compatible endpoint: TTFT, latency, throughput"),
-    "eval": ("cookbook.evaluate", "functional pass@k with Icarus Verilog: an endpoint, a training run, or completions"),
+    "eval": ("cookbook.harness", "functional pass@k with Icarus Verilog: an endpoint, a training run, or completions"),
     "gpu-recipe": ("cookbook.harness", "write the GPU (TRL + PEFT + FSDP) recipe with the TPU run's objective"),
     "cost": ("cookbook.cost", "training + serving cost, TPU against the GPU baseline"),
     "demo": ("cookbook.harness", "run every notebook end to end on the tiny default; write a report"),

@@ -2,8 +2,8 @@
 
 The SFT recipe's command line is ``cookbook.gpu``'s. ``--rl`` (TRL's ``GRPOTrainer`` recipe with
 ``cookbook rl``'s objective, ``cookbook.gpu.write_gpu_rl_recipe``) also needs ``cookbook.rl``'s
-presets and ``cookbook.evaluate``'s problems, which come after ``cookbook.gpu`` in the recipe's
-order; the command is put together here, in the stage that may import them all.
+presets, which come after ``cookbook.gpu`` in the stages' order (and ``cookbook.evaluate``'s
+problems); the command is put together here, in the stage that may import them all.
 """
 
 from __future__ import annotations

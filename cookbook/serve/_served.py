@@ -97,7 +97,7 @@ class ServerStop:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServingServers:
     """The merged checkpoint's server (healthy) and the adapter server (starting, or never started
-    when it was not asked for: ``evaluate.served_adapters`` then scores nothing)."""
+    when it was not asked for: :func:`served_adapters` then scores nothing)."""
 
     merged: VLLMServer
     lora: VLLMServer

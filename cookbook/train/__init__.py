@@ -5,8 +5,9 @@ implies); ``_run`` resolves a config once and types a finished run; ``_trainer``
 Tunix's ``PeftTrainer``, resumably, and keeps runs in the cache (:func:`ensure_trained`);
 ``_runs`` reads run directories back (their config, metrics, checkpoints, LoRA weights);
 ``_evaluate`` scores a LoRA model by greedy exact match; ``_pod`` writes the commands of a
-multi-host pod run; ``_sections`` holds notebook 06's training steps as typed results; ``_cli``
-is ``cookbook train``.
+multi-host pod run; ``_sections`` holds notebook 06's training steps as typed results, and
+``_scores`` its scores of the base, the fine-tune and the thinking run (``cookbook.evaluate``'s
+simulator on their greedy answers); ``_cli`` is ``cookbook train``.
 """
 
 from cookbook.train._cli import register_cli as register_train_cli
@@ -35,9 +36,9 @@ from cookbook.train._runs import (
     resolve_base_dir,
     restore_lora_model,
     result_determinants,
-    run_summary,
     train_rows,
 )
+from cookbook.train._scores import metric_examples, score_base_model, score_fine_tuned, score_thinking_variant
 from cookbook.train._sections import multihost, reproducibility, rerun, run_overview, runtime_advice
 from cookbook.train._trainer import NonFiniteLossError, ensure_trained
 
@@ -56,6 +57,11 @@ __all__ = [
     "rerun",
     "multihost",
     "qlora_twin",
+    # notebook 06's scores of its runs (the simulator's and exact match), each a typed result
+    "score_base_model",
+    "score_fine_tuned",
+    "metric_examples",
+    "score_thinking_variant",
     # training, once per config: the run cache and what keys it
     "prepare",
     "ensure_trained",
@@ -64,7 +70,6 @@ __all__ = [
     "CHECKPOINT_DIRS",
     "config_of_run",
     "load_recipe",
-    "run_summary",
     "read_metrics",
     "plot_loss",
     "checkpoint_steps",

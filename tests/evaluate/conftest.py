@@ -1,23 +1,10 @@
-"""Shared by the evaluation tests: Icarus Verilog must be there, and hand-made problems."""
-
-import shutil
-from pathlib import Path
+"""Shared by the evaluation tests: hand-made problems and the tiny runs' greedy answers (the
+simulator's fixture, ``iverilog``, is tests/conftest.py's)."""
 
 import pytest
 
 from cookbook import data, evaluate
-from cookbook.evaluate import _held_out, _simulate
-
-
-@pytest.fixture(scope="session")
-def iverilog() -> str:
-    """The simulator. Missing on Debian (CI installs it, and so should a developer): a failure
-    naming the package, not a skip that would hide every functional test."""
-    if shutil.which("iverilog") and shutil.which("vvp"):
-        return evaluate.check_simulator()
-    if Path("/etc/debian_version").is_file():
-        pytest.fail(_simulate.INSTALL_HINT)
-    pytest.skip(_simulate.INSTALL_HINT)
+from cookbook.evaluate import _held_out
 
 
 @pytest.fixture(scope="session")

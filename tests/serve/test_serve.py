@@ -258,8 +258,8 @@ def test_adapter_is_the_fine_tune_and_base_scores_near_zero(vllm_lora_server):
     tokenizer = AutoTokenizer.from_pretrained(server.config.model_dir)
     rows = train.eval_rows(train.config_of_run(server.run_dir))[:48]
     client = server.client()
-    tuned = serve.served_exact_match(client, "verilog", tokenizer, rows)
-    base = serve.served_exact_match(client, "base", tokenizer, rows)
+    tuned = _check.served_exact_match(client, "verilog", tokenizer, rows)
+    base = _check.served_exact_match(client, "base", tokenizer, rows)
     assert tuned["accuracy"] >= outcome_bound("plain", "exact_match", 48), tuned["completions"][:3]
     assert base["accuracy"] <= 0.05
     # The adapter on the base equals transformers on the merged checkpoint, token for token.

@@ -46,7 +46,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
     try:
         client = server.client()
         assert {m.id for m in client.models.list().data} >= {name}  # the adapter is served by name
-        served = serve.served_exact_match(client, name, tokenizer, rows)
+        served = _check.served_exact_match(client, name, tokenizer, rows)
         prompts = [data.prompt_ids(tokenizer, r) for r in rows[:3]]
         budget = data.answer_budget(tokenizer, rows, slack=8)
         greedy = _check.served_completions(client, name, prompts, max_tokens=budget)
@@ -57,7 +57,7 @@ def test_twin_served_by_vllm_scores_as_the_jax_model(name, twin_run):
         name,
         f"vLLM start {server.startup_s:.0f} s ({'adapter' if lora_modules else 'merged'}); exact match "
         f"vLLM {served['accuracy']:.2f}, JAX {ev['tuned']['accuracy']:.2f}; completions agree on "
-        f"{serve.agreement(served['completions'], ev['tuned']['completions']):.2f}",
+        f"{_check.agreement(served['completions'], ev['tuned']['completions']):.2f}",
     )
     jax_rows = [data.exact_match(c, r) for c, r in zip(ev["tuned"]["completions"], rows, strict=True)]
     assert served["per_row"] == jax_rows

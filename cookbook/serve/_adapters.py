@@ -4,7 +4,9 @@ B = 0 as the base's control, and a thinking run loaded into the running server a
 vLLM's chat endpoint with thinking on, its answers scored beside Tunix's own greedy answers.
 
 One call, one typed result; a server vLLM cannot start or serve is reported as the result's
-``error`` (vLLM's reason), not raised, so the notebook says why and goes on.
+``error`` (vLLM's reason), not raised, so the notebook says why and goes on. The answers are
+scored with ``cookbook.evaluate`` (which comes before this stage); the thinking run is
+``cookbook.train``'s, its PEFT adapter ``cookbook.merge``'s.
 """
 
 from __future__ import annotations
@@ -12,21 +14,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cookbook import serve
-from cookbook.evaluate._generate import Generation, endpoint_samples
-from cookbook.evaluate._held_out import greedy_sampling, held_out_greedy
-from cookbook.evaluate._problems import Problem, sample_task_problems
-from cookbook.evaluate._score import Scores, score_generation
+from cookbook import evaluate, merge, train
+from cookbook.serve._check import agreement, served_exact_match
+from cookbook.serve._config import ServeError
 
 
 @dataclasses.dataclass(frozen=True)
 class ServedThinking:
     """A thinking run's greedy answers through vLLM's chat endpoint and through Tunix, scored."""
 
-    problems: list[Problem]
-    chat: Generation  # vLLM's: answers in ``completions``, the reasoning parser's thoughts apart
-    served: Scores
-    tunix: Scores
+    problems: list[evaluate.Problem]
+    chat: Any  # vLLM's: answers in ``completions``, the reasoning parser's thoughts apart
+    served: Any  # evaluate's Scores
+    tunix: Any
 
     @property
     def same_outcomes(self) -> bool:
@@ -61,7 +61,7 @@ class AdapterServing:
     """:func:`served_adapters`' result. With no server, every field is None and nothing is recorded."""
 
     startup_s: float | None = None
-    adapter: dict[str, Any] | None = None  # serve.served_exact_match of the adapter
+    adapter: dict[str, Any] | None = None  # served_exact_match of the adapter
     base: dict[str, Any] | None = None  # the same with the zero adapter: the base
     merged: dict[str, Any] | None = None  # the merged checkpoint's, for comparison
     thinking: ServedThinking | None = None
@@ -74,7 +74,7 @@ class AdapterServing:
             return "no adapter server (SERVE_LORA = False)"
         line = f"adapter: {self.adapter['accuracy']:.1%}   base: {self.base['accuracy']:.1%}"
         if self.merged:
-            same = serve.agreement(self.adapter["completions"], self.merged["completions"])
+            same = agreement(self.adapter["completions"], self.merged["completions"])
             line += f"   merged: {self.merged['accuracy']:.1%}\nidentical completions, adapter vs merged: {same:.1%}"
         return line
 
@@ -109,17 +109,15 @@ def served_adapters(
     """Score a LoRA server's adapters on ``rows`` (greedy exact match through its completions
     endpoint), then stop it.
 
-    ``server``: a :class:`cookbook.serve.VLLMServer` (``serve.adapter_config``) with ``adapter``
+    ``server``: a :class:`VLLMServer` (:func:`adapter_config`) with ``adapter``
     and ``base`` (the same adapter with B = 0) among its LoRA modules, started or starting; one
     never started (or None) serves nothing, and the result is empty. ``merged``: the merged
-    checkpoint's ``serve.served_exact_match`` on the same rows, to compare with. With
+    checkpoint's :func:`served_exact_match` on the same rows, to compare with. With
     ``thinking_config`` (the thinking recipe's TrainConfig) and a server with room for an adapter
     added while it runs (``runtime_slots=1``): the thinking run is trained (or found in the cache)
     while the server runs, loaded into it, asked through the chat endpoint with thinking on for its
     first ``thinking_rows`` held-out rows, and scored beside Tunix's greedy answers to the same rows.
     """
-    from cookbook import merge, train
-
     if server is None or server.process is None:
         return AdapterServing()
     if not server.config.runtime_lora:
@@ -129,21 +127,21 @@ def served_adapters(
         with server:
             server.wait_ready()
             client = server.client()
-            tuned = serve.served_exact_match(client, adapter, tokenizer, rows)
-            zero = serve.served_exact_match(client, base, tokenizer, rows)
+            tuned = served_exact_match(client, adapter, tokenizer, rows)
+            zero = served_exact_match(client, base, tokenizer, rows)
             if thinking_config is not None:
                 run = train.ensure_trained(thinking_config)
                 server.load_lora_adapter(f"{adapter}-thinking", merge.ensure_peft(run, layout="text"))
                 t_rows = train.eval_rows(train.config_of_run(run))[:thinking_rows]
-                problems = sample_task_problems(t_rows)
-                sampling = greedy_sampling(tokenizer, t_rows, thinking=True)
-                chat = endpoint_samples(client, f"{adapter}-thinking", problems, sampling, thinking=True)
-    except serve.ServeError as e:  # said, with vLLM's reason, rather than hidden
+                problems = evaluate.sample_task_problems(t_rows)
+                sampling = evaluate.greedy_sampling(tokenizer, t_rows, thinking=True)
+                chat = evaluate.endpoint_samples(client, f"{adapter}-thinking", problems, sampling, thinking=True)
+    except ServeError as e:  # said, with vLLM's reason, rather than hidden
         return AdapterServing(error=str(e))
     thinking = None
     if chat is not None:
-        tunix = held_out_greedy(
+        tunix = evaluate.held_out_greedy(
             train.restore_lora_model(run), tokenizer, t_rows, thinking=True, batch_size=thinking_rows
         )
-        thinking = ServedThinking(problems, chat, score_generation(problems, chat), tunix.scores)
+        thinking = ServedThinking(problems, chat, evaluate.score_generation(problems, chat), tunix.scores)
     return AdapterServing(server.startup_s, tuned, zero, merged, thinking)

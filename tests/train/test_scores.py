@@ -1,4 +1,4 @@
-"""cookbook.evaluate._sections: notebook 06's evaluation sections (the base before training, the
+"""cookbook.train._scores: notebook 06's scores of its runs (the base before training, the
 fine-tune after, what each metric says of hand-made answers, the thinking variant), each checked
 against what it must have measured and what it records."""
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cookbook import data, evaluate, train
-from cookbook.evaluate import _held_out, _sections
 from cookbook.evaluate._generate import GREEDY, Generation
+from cookbook.train import _scores
 
 
 def _held_out_result(rows, completions, *, thinking=False):
@@ -22,7 +22,7 @@ def _held_out_result(rows, completions, *, thinking=False):
         seconds=0.0,
         thinking=thinking,
     )
-    return _held_out.HeldOutResult(
+    return evaluate.HeldOutResult(
         rows=rows,
         problems=problems,
         sampling=GREEDY,
@@ -41,7 +41,7 @@ def rows():
 @pytest.fixture(scope="module")
 def base(iverilog, rows):
     """The base model as it answers: no module at all."""
-    return _sections.BaseScores(preset="tiny", tokenizer=None, held_out=_held_out_result(rows, ["<pad> y y y"] * 4))
+    return _scores.BaseScores(preset="tiny", tokenizer=None, held_out=_held_out_result(rows, ["<pad> y y y"] * 4))
 
 
 def test_base_scores_record_zero_and_show_a_completion(base):
@@ -61,8 +61,8 @@ def test_fine_tuned_scores_count_the_miss_the_simulator_finds(base, rows):
     problems = evaluate.sample_task_problems(rows)
     wrong = evaluate.rewrites(problems[3])["wrong operator"]
     after = _held_out_result(rows, [data.answer_of(r) for r in rows[:3]] + [wrong])
-    comparison, quality = _held_out.before_after(base.held_out, after, "tiny")
-    tuned = _sections.FineTunedScores(base=base, held_out=after, comparison=comparison, quality=quality, show=2)
+    comparison, quality = _scores.before_after(base.held_out, after, "tiny")
+    tuned = _scores.FineTunedScores(base=base, held_out=after, comparison=comparison, quality=quality, show=2)
     r = tuned.results()
     assert r["finetuned_accuracy"] == 0.75 and r["num_wrong"] == 1 and r["finetuned_functional_pass1"] == 0.75
     assert r["finetuned_outcomes"] == {"pass": 3, "mismatch": 1} and r["scorer_samples_per_s"] > 0
@@ -77,7 +77,7 @@ def test_fine_tuned_scores_count_the_miss_the_simulator_finds(base, rows):
 
 
 def test_metric_examples_exact_match_is_strict_the_simulator_is_not(base):
-    examples = evaluate.metric_examples(base)
+    examples = train.metric_examples(base)
     recorded = examples.results()["metric_examples"]
     assert [(e["exact_match"], e["outcome"]) for e in recorded] == [
         (True, "pass"),
@@ -91,8 +91,8 @@ def test_metric_examples_exact_match_is_strict_the_simulator_is_not(base):
 
 
 def test_thinking_variant_is_not_trained_when_disabled(monkeypatch):
-    monkeypatch.setattr(_sections, "thinking_variant", lambda *a, **k: pytest.fail("trained while disabled"))
-    off = evaluate.score_thinking_variant("tiny", None, num_rows=4, enabled=False)
+    monkeypatch.setattr(_scores, "thinking_variant", lambda *a, **k: pytest.fail("trained while disabled"))
+    off = train.score_thinking_variant("tiny", None, num_rows=4, enabled=False)
     assert off.results() == {} and "not trained" in off.describe()
 
 
@@ -107,7 +107,7 @@ def test_thinking_variant_records_pass1_thoughts_and_the_recipes_schedule(iveril
 
     def fake_variant(preset, tokenizer, *, num_rows, batch_size):
         asked.update(preset=preset, num_rows=num_rows, batch_size=batch_size)
-        return _held_out.ThinkingRun(
+        return _scores.ThinkingRun(
             config=config,
             run_dir=Path("runs/tiny-thinking"),
             summary={"final_step": 300, "train_time_s": 12.0},
@@ -115,8 +115,8 @@ def test_thinking_variant_records_pass1_thoughts_and_the_recipes_schedule(iveril
             marked_row="[[a marked row]]",
         )
 
-    monkeypatch.setattr(_sections, "thinking_variant", fake_variant)
-    got = evaluate.score_thinking_variant("tiny", None, num_rows=2, batch_size=7)
+    monkeypatch.setattr(_scores, "thinking_variant", fake_variant)
+    got = train.score_thinking_variant("tiny", None, num_rows=2, batch_size=7)
     assert asked == {"preset": "tiny", "num_rows": 2, "batch_size": 7}
     assert got.results() == {
         "thinking_pass1": 1.0,  # both modules simulate correctly
@@ -138,10 +138,10 @@ def test_base_then_fine_tuned_on_the_shared_run(iverilog):
 
     run_dir = userenv.tiny_run()
     config = train.config_of_run(run_dir)
-    before = evaluate.score_base_model(config, num_rows=4, batch_size=4)
+    before = train.score_base_model(config, num_rows=4, batch_size=4)
     assert [r["messages"] for r in before.rows] == [r["messages"] for r in train.eval_rows(config)[:4]]
     assert before.results()["base_accuracy"] == 0.0
-    after = evaluate.score_fine_tuned(before, run_dir, batch_size=4, show=1)
+    after = train.score_fine_tuned(before, run_dir, batch_size=4, show=1)
     assert after.held_out.sampler is before.held_out.sampler  # weights swapped, not compiled again
     r = after.results()
     assert r["finetuned_accuracy"] >= userenv.outcome_bound("plain", "exact_match", 4)

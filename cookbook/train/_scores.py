@@ -2,8 +2,10 @@
 after it on the same prompts, what each metric says of hand-made answers, and the thinking variant;
 each returns a typed result that says what it measured and what the notebook records.
 
-Written by hand: these compose :mod:`cookbook.evaluate._held_out` (greedy answers scored by the
-simulator) with the training stage's runs into the comparisons the notebook shows; no library has them.
+Written by hand: these compose ``cookbook.evaluate``'s greedy answers scored by the simulator
+(``held_out_greedy``) with this package's runs into the comparisons the notebook shows; no library
+has them. They live in the training stage, which comes after ``cookbook.evaluate``, because each
+one builds, trains or restores a run.
 """
 
 from __future__ import annotations
@@ -13,16 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from cookbook import data as data_lib
-from cookbook.evaluate._held_out import (
-    HeldOutResult,
-    ThinkingRun,
-    before_after,
-    format_judged,
-    held_out_greedy,
-    judge_rewrites,
-    thinking_variant,
-)
-from cookbook.evaluate._score import quality_table
+from cookbook import evaluate
+from cookbook.train._config import train_preset
+from cookbook.train._runs import build_lora_model, eval_rows, resolve_base_dir, restore_lora_model, run_summary
+from cookbook.train._trainer import ensure_trained
 
 # ------------------------------------------------------------------------------------
 # Before and after training, on the same held-out prompts
@@ -35,7 +31,7 @@ class BaseScores:
 
     preset: str
     tokenizer: Any = dataclasses.field(repr=False)
-    held_out: HeldOutResult  # its ``sampler`` is reused after training
+    held_out: evaluate.HeldOutResult  # its ``sampler`` is reused after training
 
     @property
     def rows(self) -> list[dict]:
@@ -57,16 +53,14 @@ class BaseScores:
 
 
 def score_base_model(config, *, num_rows: int, batch_size: int = 50) -> BaseScores:
-    """The first ``num_rows`` held-out rows of ``config`` (a ``cookbook.train.TrainConfig``) answered
+    """The first ``num_rows`` held-out rows of ``config`` (a :class:`~cookbook.train.TrainConfig`) answered
     greedily by its freshly adapted model (LoRA ``B`` = 0: the base model), each a verilog-eval
     problem scored by the simulator; the tokenizer is the base checkpoint's."""
-    from cookbook import train
-
-    base_dir = train.resolve_base_dir(config)
+    base_dir = resolve_base_dir(config)
     tokenizer = data_lib.load_tokenizer(base_dir=base_dir)
-    rows = train.eval_rows(config)[:num_rows]
-    model = train.build_lora_model(config, base_dir)
-    held_out = held_out_greedy(model, tokenizer, rows, batch_size=batch_size)
+    rows = eval_rows(config)[:num_rows]
+    model = build_lora_model(config, base_dir)
+    held_out = evaluate.held_out_greedy(model, tokenizer, rows, batch_size=batch_size)
     return BaseScores(preset=config.model_preset, tokenizer=tokenizer, held_out=held_out)
 
 
@@ -75,7 +69,7 @@ class FineTunedScores:
     """:func:`score_fine_tuned`'s result: the fine-tune's greedy answers beside the base's."""
 
     base: BaseScores
-    held_out: HeldOutResult
+    held_out: evaluate.HeldOutResult
     comparison: str  # before_after's lines
     quality: list[dict[str, Any]]  # the quality table's two rows: base, then base + LoRA
     show: int  # completions shown
@@ -86,7 +80,7 @@ class FineTunedScores:
             [
                 self.comparison,
                 data_lib.show_completions(self.held_out.rows, self.held_out.completions, self.show),
-                *quality_table(self.quality, paper=False),
+                *evaluate.quality_table(self.quality, paper=False),
             ]
         )
 
@@ -105,10 +99,10 @@ class FineTunedScores:
 def score_fine_tuned(base: BaseScores, run_dir: str | Path, *, batch_size: int = 50, show: int = 3) -> FineTunedScores:
     """The latest checkpoint of ``run_dir`` (a ``cookbook train`` run) restored onto the base and
     asked ``base``'s prompts, with ``base``'s sampler (its weights swapped, not compiled again)."""
-    from cookbook import train
-
-    model = train.restore_lora_model(Path(run_dir))
-    after = held_out_greedy(model, base.tokenizer, base.rows, batch_size=batch_size, sampler=base.held_out.sampler)
+    model = restore_lora_model(Path(run_dir))
+    after = evaluate.held_out_greedy(
+        model, base.tokenizer, base.rows, batch_size=batch_size, sampler=base.held_out.sampler
+    )
     comparison, quality = before_after(base.held_out, after, base.preset)
     return FineTunedScores(base=base, held_out=after, comparison=comparison, quality=quality, show=show)
 
@@ -175,3 +169,86 @@ def score_thinking_variant(
     if not enabled:
         return ThinkingScores(run=None)
     return ThinkingScores(run=thinking_variant(preset, tokenizer, num_rows=num_rows, batch_size=batch_size))
+
+
+# ------------------------------------------------------------------------------------
+# The pieces: the comparison, the hand-made answers judged, the thinking run
+
+
+def before_after(
+    before: evaluate.HeldOutResult, after: evaluate.HeldOutResult, preset: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """The base's and the fine-tune's greedy scores on the same rows (``evaluate.held_out_greedy``):
+    the lines that compare them, and the two rows of the quality table (``quality_row``)."""
+    s = after.scores
+    lines = [
+        f"exact match: base {before.exact_match:.1%} -> fine-tuned {after.exact_match:.1%} on {len(after.rows)} "
+        "held-out prompts",
+        f"functional pass@1: base {before.pass1:.1%} -> fine-tuned {after.pass1:.1%}; outcomes {s.outcome_counts}; "
+        f"simulated at {s.samples_per_s:.0f} samples/s with {s.workers} workers",
+    ]
+    quality = [
+        evaluate.quality_row(f"{preset} base", "-", "Tunix sampler", greedy=before.scores),
+        evaluate.quality_row(f"{preset} + LoRA", "TPU recipe (Tunix)", "Tunix sampler", greedy=after.scores),
+    ]
+    return "\n".join(lines), quality
+
+
+def judge_rewrites(problem: evaluate.Problem, row: dict) -> list[dict[str, Any]]:
+    """What each metric says of ``evaluate.rewrites``' hand-made answers to ``problem`` (its ``row``):
+    ``{"answer", "exact_match", "outcome", "detail", ...}`` per answer (notebook 06)."""
+    return [
+        {"answer": label, "exact_match": data_lib.exact_match(c, row), **evaluate.simulate(problem, c).as_dict()}
+        for label, c in evaluate.rewrites(problem).items()
+    ]
+
+
+def format_judged(judged: list[dict[str, Any]]) -> str:
+    """:func:`judge_rewrites`' verdicts, one line per answer."""
+    return "\n".join(
+        f"{j['answer']:48} exact match {j['exact_match']!s:5}  simulator: {j['outcome']:13} {j['detail'][:60]}"
+        for j in judged
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ThinkingRun:
+    """The thinking variant of a preset's recipe (:func:`thinking_variant`): trained, then scored."""
+
+    config: Any  # the thinking recipe's TrainConfig
+    run_dir: Path
+    summary: dict[str, Any]  # the run's summary.json
+    held_out: evaluate.HeldOutResult  # greedy answers to the held-out rows, thinking on
+    marked_row: str  # the first held-out row as trained: trained tokens in [[ ]]
+
+    @property
+    def thoughts_right_rate(self) -> float:
+        return self.held_out.thoughts_right / len(self.held_out.rows)
+
+    def describe(self) -> str:
+        """How long it trained, its pass@1 and thoughts right, and one completion: as decoded, and as scored."""
+        h, s = self.held_out, self.summary
+        first = h.completions[0]
+        return (
+            f"{self.run_dir.name}: {s['final_step']} steps in {s['train_time_s']:.0f} s; functional pass@1 "
+            f"{h.pass1:.1%} of {len(h.rows)}, the thought right in {h.thoughts_right}\n"
+            f"one completion, as Tunix decodes it:\n{first.split('<turn|>')[0]}\n"
+            f"what is scored:\n{data_lib.clean_completion(first)}"
+        )
+
+
+def thinking_variant(preset: str, tokenizer, *, num_rows: int, batch_size: int = 50) -> ThinkingRun:
+    """Train the thinking variant of ``preset``'s recipe (a thought, then the module; reused from the
+    cache when trained), then score its greedy answers on ``num_rows`` held-out rows with thinking on:
+    only the module is simulated, and each row's thought is looked for in its completion."""
+    config = train_preset(preset, sample_task="thinking")
+    rows = eval_rows(config)[:num_rows]
+    run_dir = ensure_trained(config)
+    model = restore_lora_model(run_dir)
+    return ThinkingRun(
+        config=config,
+        run_dir=run_dir,
+        summary=run_summary(run_dir),
+        held_out=evaluate.held_out_greedy(model, tokenizer, rows, thinking=True, batch_size=batch_size),
+        marked_row=data_lib.marked_tokens(tokenizer, rows[0]),
+    )
