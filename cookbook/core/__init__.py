@@ -29,6 +29,7 @@ from cookbook.core._numerics import (
     summation_bound,
     torch_threads,
 )
+from cookbook.core._run_dir import run_dir, work_dir
 from cookbook.core._runtime import (
     CPU_GLIBC_TUNABLES,
     GC_YOUNG_THRESHOLD,
@@ -37,11 +38,13 @@ from cookbook.core._runtime import (
     cache_root,
     commit_arrays,
     compile_cache_off,
+    divisible_spec,
     libtpu_first_load_quiet,
     on_tpu_host,
     prune_oldest,
     setup_runtime_env,
     to_jsonable,
+    variable_spec,
 )
 
 __all__ = [
@@ -54,10 +57,15 @@ __all__ = [
     "GC_YOUNG_THRESHOLD",
     "REPO_ROOT",
     "RESULTS_DIR",
+    "run_dir",
+    "work_dir",
     "cache_root",
     "prune_oldest",
     "fill_once",
     "commit_arrays",
+    # the partition spec a variable carries, and what of it a shape can take
+    "variable_spec",
+    "divisible_spec",
     "to_jsonable",
     # the hardware table: chips, slices, platforms and their prices
     "CHIPS",

@@ -298,6 +298,28 @@ def commit_arrays(tree: Any, sharding: Any) -> Any:
     return jax.tree.map(put, tree)
 
 
+def variable_spec(var) -> tuple:
+    """The partition spec an ``nnx.Variable`` carries (its ``out_sharding`` metadata), one entry per axis."""
+    meta = var.get_metadata()
+    spec = tuple(meta.get("out_sharding") or meta.get("sharding_names") or meta.get("sharding") or ())
+    return spec + (None,) * (len(var.get_value().shape) - len(spec))
+
+
+def divisible_spec(spec: tuple, shape: tuple[int, ...], mesh: Any) -> tuple:
+    """``spec`` with each mesh axis that does not divide its dimension dropped (that dimension
+    replicated): JAX refuses an argument sharded unevenly.
+
+    Qwix's quantization scales carry their weight's spec, over tiles instead of the tiled axis:
+    12B's ``kv_einsum`` is (2, 8, 3840, 256), its nf4 scale at tile 128 is (2, 8, 30, 256), and
+    30 tiles do not split over fsdp = 8. The scale is 1/64 of the codes; only it is replicated.
+    """
+    out = []
+    for axis, dim in zip(spec, shape, strict=True):
+        names = axis if isinstance(axis, tuple) else (axis,) if axis else ()
+        out.append(axis if dim % math.prod(mesh.shape[n] for n in names) == 0 else None)
+    return tuple(out)
+
+
 def to_jsonable(value: Any) -> Any:
     """``value`` with numpy/JAX/torch scalars and arrays, paths and non-finite floats made JSON."""
     if isinstance(value, dict):

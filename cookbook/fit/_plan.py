@@ -324,6 +324,9 @@ def compiler_versions() -> dict[str, str | None]:
     return versions
 
 
+LOWER_FAILED = "does not lower"
+
+
 def plan_cache_path(config: PlanConfig) -> Path:
     """``<cache root>/plans/<key>.json``; the key covers the config, preset and compiler."""
     from cookbook import lora as lora_lib
@@ -350,7 +353,11 @@ def plan(config: PlanConfig, *, use_cache: bool = True) -> PlanReport:
     """
     path = plan_cache_path(config)
     if use_cache and path.is_file():
-        return report_from_dict(json.loads(path.read_text()))
+        cached = report_from_dict(json.loads(path.read_text()))
+        # A program that did not lower failed in the cookbook's own code (its shardings, a kernel's
+        # shapes), which the key does not cover; lowering again takes seconds. Compiles stay cached.
+        if not (cached.error or "").startswith(LOWER_FAILED):
+            return cached
     report = _compile_plan(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")  # two processes may compile the same plan
@@ -395,7 +402,7 @@ def _compile_plan(config: PlanConfig) -> PlanReport:
         lowered, lora_count = lower_step(config, fsdp, tp, devices)
     except ValueError as e:  # a kernel that refuses the shapes (Tunix's splash on KV-shared layers)
         return PlanReport(
-            **base, compiles=False, error=f"does not lower: {compiler_reason(e)}", compile_s=time.perf_counter() - t0
+            **base, compiles=False, error=f"{LOWER_FAILED}: {compiler_reason(e)}", compile_s=time.perf_counter() - t0
         )
     constraints = count_sharding_constraints(lowered)
     try:

@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from cookbook import core
+
 LORA_SUFFIXES = ("_lora_a", "_lora_b")
 
 
@@ -29,13 +31,6 @@ LORA_SUFFIXES = ("_lora_a", "_lora_b")
 def _spec_tuple(spec: Any, ndim: int) -> tuple:
     spec = tuple(spec or ())
     return spec + (None,) * (ndim - len(spec))
-
-
-def variable_spec(var) -> tuple:
-    """The logical partition spec an ``nnx.Variable`` carries (``out_sharding`` metadata)."""
-    meta = var.get_metadata()
-    spec = meta.get("out_sharding") or meta.get("sharding_names") or meta.get("sharding")
-    return _spec_tuple(spec, len(var.get_value().shape))
 
 
 def _contracted_axes(module, weight_name: str, ndim: int) -> tuple[int, ...]:
@@ -95,7 +90,7 @@ def lora_specs(model) -> list[LoraSpec]:
                 base = base.array.qvalue
             shape = tuple(base.get_value().shape)
             contracted = _contracted_axes(module, name, len(shape))
-            a_spec, b_spec = project_lora_specs(variable_spec(base), contracted, len(shape))
+            a_spec, b_spec = project_lora_specs(core.variable_spec(base), contracted, len(shape))
             a_shape, b_shape = tuple(a.get_value().shape), tuple(b.get_value().shape)
             want_a = tuple(shape[i] for i in contracted)
             if a_shape[:-1] != want_a or len(b_shape) != len(shape) - len(contracted) + 1:
@@ -107,7 +102,7 @@ def lora_specs(model) -> list[LoraSpec]:
                 LoraSpec(
                     path="/".join(map(str, (*path, name))),
                     base_shape=shape,
-                    base_spec=variable_spec(base),
+                    base_spec=core.variable_spec(base),
                     a_shape=a_shape,
                     a_spec=a_spec,
                     b_shape=b_shape,
@@ -156,7 +151,7 @@ def _param_spec_index(params) -> dict[tuple[str, ...], tuple]:
     index = {}
     for path, var in jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]:
         if isinstance(var, nnx.Variable):
-            index[_norm_path(path)] = variable_spec(var)
+            index[_norm_path(path)] = core.variable_spec(var)
     return index
 
 
@@ -194,7 +189,7 @@ def shard_train_state(model, optimizer=None, *, mesh) -> dict[str, int]:
 
     lora_state = nnx.state(model, nnx.LoRAParam)
     for _, var in lora_state.flat_state():
-        new, n = put(var.get_value(), variable_spec(var))
+        new, n = put(var.get_value(), core.variable_spec(var))
         var.set_value(new)
         moved["lora"] += n
     nnx.update(model, lora_state)
@@ -227,7 +222,7 @@ def abstract_with_shardings(state, mesh):
         if not isinstance(var, nnx.Variable):
             return var
         value = var.get_value()
-        spec = variable_spec(var)
+        spec = core.divisible_spec(core.variable_spec(var), value.shape, mesh)  # as lora places Qwix's scales
         return var.replace(
             jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, PartitionSpec(*spec)))
         )

@@ -338,6 +338,12 @@ def test_argument_floor_is_below_what_the_compiler_places(plans):
         "v5e-1": (one, fit.plan(one)),
         "v5e-1 nf4": (nf4, fit.plan(nf4)),
     }
+    # nf4 on fsdp = 8: tiny's embed 128 is 4 tiles of 32, which 8 does not divide; those scales are
+    # replicated (core.divisible_spec, as lora.apply_lora places them), else the step does not lower.
+    eight = fit.PlanConfig(
+        slice_name="v5e-8", **{**TINY, "batch_size": 8}, mesh_fsdp=8, mesh_tp=1, quantize="nf4", quant_tile=32
+    )
+    cases["v5e-8 nf4"] = (eight, fit.plan(eight))
     floors = {}
     for name, (config, report) in cases.items():
         assert report.compiles, report.summary()

@@ -250,3 +250,39 @@ def test_quantized_memory_table_per_preset_and_kind():
         assert by["nf4"]["quantized GiB"] == pytest.approx(by["nf4"]["ratio"] * by["nf4"]["bf16 GiB"])
     assert [r["tile"] for r in lora.quantized_memory_table(["tiny"])] == [lora.default_quant_tile("tiny")] * 3
     assert len(lora.format_quantized_memory(rows).splitlines()) == len(rows)
+
+
+def test_a_quantized_base_on_a_mesh_stays_sharded_like_its_weights(tiny_12b_base):
+    """QLoRA on fsdp = 8: Qwix creates the quantized weights inside the initialising jit, which
+    returned them replicated (every device held the whole quantized base). Now each ``qvalue`` is
+    sharded as its bf16 weight was, and a scale whose tiles the mesh does not divide (12B's
+    ``kv_einsum``: 128 / tile 32 = 4 tiles, fsdp 8) is replicated on that axis only."""
+    import jax
+    from flax import nnx
+
+    from cookbook import core, mesh
+
+    m = mesh.make_mesh(8, 1)
+    p = models.get_preset("tiny_12b")
+    base = models.load_tunix_model(tiny_12b_base, p, mesh=m)
+    weights = {
+        "/".join(map(str, path)): var.get_value().sharding for path, var in nnx.state(base, nnx.Param).flat_state()
+    }
+    model = lora.apply_lora(base, lora.LoraConfig(rank=4, alpha=8.0), preset=p, mesh=m, quantize="nf4", quant_tile=32)
+    codes, scales, uneven = 0, 0, 0
+    for path, var in nnx.state(model, nnx.Param).flat_state():
+        if path[-2:-1] != ("array",):
+            continue
+        x, weight = var.get_value(), "/".join(map(str, path[:-2]))
+        want = core.divisible_spec(core.variable_spec(var), x.shape, m)
+        assert x.sharding.is_equivalent_to(jax.sharding.NamedSharding(m, jax.sharding.PartitionSpec(*want)), x.ndim)
+        if path[-1] == "qvalue":  # the codes: exactly the bf16 weight's sharding, never whole on a device
+            codes += 1
+            assert x.sharding.is_equivalent_to(weights[weight], x.ndim) and not x.sharding.is_fully_replicated, weight
+        else:
+            scales += 1
+            uneven += want != core.variable_spec(var)
+    assert codes == scales > 0 and 0 < uneven < scales  # only the scales 8 does not divide are replicated
+    tokens = np.ones((8, 16), np.int32)
+    logits, _ = model(tokens, np.broadcast_to(np.arange(16), (8, 16)), None, np.tril(np.ones((8, 16, 16), bool)))
+    assert np.isfinite(np.asarray(logits)).all()
