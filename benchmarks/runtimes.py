@@ -17,6 +17,13 @@ Tunix's splash path does not lower), first a bf16 base, then nf4 QLoRA where bf1
 31B) compile at 6 and 12 layers and are extrapolated, as the layout search does; E2B/E4B compile
 at full depth. Compiles are cached, so a stopped run resumes; rows accumulate in the file.
 
+Before any compile, each base's step is lowered (not compiled) at the shortest row length and
+its arguments' bytes per device summed (``cookbook.fit._plan.argument_bytes_floor``: the frozen
+base, LoRA, optimizer state and batch, a floor of what the compiler would place). Where that
+floor exceeds the device's whole HBM for every base, the cell does not fit whatever the compile
+would say, and the row says so (``decided_by``) without compiling: 31B on one v5e chip, whose
+nf4 compile this host cannot finish (killed at 24 GB of RAM).
+
     .venv/bin/python benchmarks/runtimes.py                          # every cell not yet in the file
     .venv/bin/python benchmarks/runtimes.py --cells gemma4_e2b/v5e-1,gemma4_31b/v6e-1
     .venv/bin/python benchmarks/runtimes.py --table                  # print the committed table
@@ -65,6 +72,46 @@ def spaces(preset: str, slice_name: str):
         )
         for q in quants
     ]
+
+
+def floor_row(preset: str, slice_name: str) -> dict | None:
+    """The row of a cell whose every base's arguments alone exceed the device's HBM, else None.
+
+    Lowered at the shortest rung (:data:`SEQ_LENS`): the batch is the only argument that grows
+    with the row length, so a floor over the HBM there is over it at every rung.
+    """
+    from cookbook import core, fit
+    from cookbook.fit._plan import argument_bytes_floor
+    from cookbook.fit._search import candidates
+
+    s = core.get_slice(slice_name)
+    hbm = s.chip.device_hbm_bytes
+    base = fit.PlanConfig(model_preset=preset, slice_name=slice_name, seq_len=min(SEQ_LENS))
+    floors, bases = {}, set()
+    for space in spaces(preset, slice_name):
+        for name, config in candidates(base, space).items():
+            floors[name] = argument_bytes_floor(config)
+            bases.add(config.quantize or "bf16")
+            if floors[name] <= hbm:
+                return None  # this base may fit: only a compile decides
+    return {
+        "preset": preset,
+        "slice": slice_name,
+        "runtime": s.runtime or "Cloud TPU",
+        "devices": s.num_devices,
+        "hbm_gib_per_device": hbm / 2**30,
+        "compiled": False,
+        "fits": False,
+        "decided_by": "argument floor",
+        "seq_lens_tried": [base.seq_len],
+        "bases_tried": sorted(bases),
+        "argument_floor_gib": {k: v / 2**30 for k, v in floors.items()},
+        "source": "benchmarks/runtimes.py",
+        "why": "the lowered step's arguments alone (frozen base, LoRA, optimizer state, batch), per device, exceed "
+        f"the device's {hbm / 2**30:.2f} GiB of HBM for every base: "
+        + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in floors.items())
+        + f" at {base.seq_len} tokens (longer rows only add)",
+    }
 
 
 def row_of(preset: str, slice_name: str, res, source: str, tried: list[int] | None = None) -> dict:
@@ -251,18 +298,20 @@ def main() -> int:
             key = f"{preset}/{slice_name}"
             if cells is not None and (preset, slice_name) not in cells:
                 continue
-            if cells is None and data["rows"].get(key, {}).get("compiled"):
-                continue
+            if cells is None and data["rows"].get(key, {}).get("fits") is not None:
+                continue  # decided: by a compile, or by the argument floor
             found = committed_cell(preset, slice_name)
             if found and args.retry_uncompiled and not found[0].reports:
                 found = None  # the search's "not compiled here" is retried with this ladder
             smaller = data["rows"].get(f"{CONTAINS.get(preset)}/{slice_name}", {})
             start = (smaller["seq_len"], smaller.get("quantize")) if smaller.get("fits") else None
             found = (*found, None) if found else None
-            res, source, tried = found or compile_cell(preset, slice_name, args.workers, start, args.cached_only)
-            if res is None or (not res.reports and not found):
-                continue  # --cached-only and a rung of the cell's ladder not cached: left as it was
-            row = row_of(preset, slice_name, res, source, tried)
+            row = None if found else floor_row(preset, slice_name)
+            if row is None:
+                res, source, tried = found or compile_cell(preset, slice_name, args.workers, start, args.cached_only)
+                if res is None or (not res.reports and not found):
+                    continue  # --cached-only and a rung of the cell's ladder not cached: left as it was
+                row = row_of(preset, slice_name, res, source, tried)
             data = load(args.out)  # again: another run may have added rows meanwhile
             data["rows"][key] = row
             data.update(

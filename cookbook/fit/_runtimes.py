@@ -72,7 +72,14 @@ def _display(r: dict[str, Any], mfu: float | None = None, tokens: float = 9.2e6)
             else ""
         ),
         "base": (r.get("quantize") or "bf16") if r.get("gib_per_chip") is not None else "-",
-        "GiB/device": f"{r['gib_per_chip']:.1f} of {r['hbm_gib_per_device']:.2f}" if "gib_per_chip" in r else "-",
+        "GiB/device": f"{r['gib_per_chip']:.1f} of {r['hbm_gib_per_device']:.2f}"
+        if "gib_per_chip" in r
+        # decided by the lowered step's arguments alone (benchmarks/runtimes.py floor_row)
+        else (
+            f">= {min(r['argument_floor_gib'].values()):.1f} of {r['hbm_gib_per_device']:.2f} (arguments alone)"
+            if "argument_floor_gib" in r
+            else "-"
+        ),
     }
     if r["fits"]:
         row.update(
