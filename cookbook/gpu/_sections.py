@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from cookbook import core
 from cookbook.gpu._recipe import GpuCluster, GpuRecipe, derive_gpu_recipe, launch_command, write_gpu_recipe
 from cookbook.gpu._recipe_cli import format_summary, summary
 
@@ -31,10 +32,14 @@ class WrittenGpuRecipe:
         return {"gpu_recipe": summary(self.recipe), "gpu_loss_normalisation": self.recipe.loss_normalisation}
 
 
-def write_recipe_for(config: Any, out_dir: str | Path, *, cluster: GpuCluster | None = None) -> WrittenGpuRecipe:
+def write_recipe_for(
+    config: Any, out_dir: str | Path | None = None, *, cluster: GpuCluster | None = None
+) -> WrittenGpuRecipe:
     """The GPU recipe (TRL + PEFT + FSDP on ``cluster``: the paper's 2 x H100 by default) with the
     objective of ``config`` (a ``cookbook.train.TrainConfig``), written to ``out_dir``
-    (:func:`write_gpu_recipe`: a new or empty directory, or one it wrote before)."""
+    (:func:`write_gpu_recipe`: a new or empty directory, or one it wrote before; by default
+    ``gpu_recipe`` in this run's work directory for the GPU recipe, ``core.work_dir("gpu")``)."""
+    out_dir = out_dir if out_dir is not None else core.work_dir("gpu") / "gpu_recipe"
     recipe = derive_gpu_recipe(config, cluster=cluster or GpuCluster())
     files = write_gpu_recipe(out_dir, recipe)
     return WrittenGpuRecipe(recipe=recipe, out_dir=Path(out_dir), files=files)

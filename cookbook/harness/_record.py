@@ -9,25 +9,11 @@ with :func:`load_results`, so a test asserts on what the notebook actually compu
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from cookbook import core
-
-
-def run_dir() -> Path:
-    """This run's output directory: ``$COOKBOOK_RUN_DIR`` or ``runs/interactive``."""
-    path = Path(os.environ.get("COOKBOOK_RUN_DIR", "runs/interactive"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def work_dir(name: str) -> Path:
-    """A directory for a notebook's artefacts (checkpoints, merged models) inside the run."""
-    path = run_dir() / "work" / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+from cookbook.core import run_dir  # the run's output directory ($COOKBOOK_RUN_DIR), core's
 
 
 def record(notebook: str, **values: Any) -> None:

@@ -50,6 +50,7 @@ from cookbook import mesh as mesh_lib
 from cookbook import train as train_lib
 from cookbook.rl._config import RLConfig
 from cookbook.rl._reward import _TURN_ENDS, RewardConfig, VerilogReward
+from cookbook.rl._start import SftStart
 
 DEFAULT_PROBLEMS = 64  # training rows turned into problems when none are given
 
@@ -150,8 +151,8 @@ def _batches(prompts: list[str], names: list[str], config: RLConfig, rollout_con
 
 
 def train_rl(
-    sft_run: str | Path,
-    out: str | Path,
+    sft_run: str | Path | SftStart,
+    out: str | Path | None = None,
     config: RLConfig | None = None,
     *,
     problems: Sequence[evaluate.Problem] | None = None,
@@ -159,7 +160,12 @@ def train_rl(
     progress: bool = True,
 ) -> RLResult:
     """Run RL from ``sft_run``'s LoRA checkpoint ``sft_step`` (default its latest) into ``out``
-    (resumes an unfinished ``out``)."""
+    (resumes an unfinished ``out``).
+
+    ``sft_run``: an SFT run directory, or an :class:`~cookbook.rl.SftStart` (:func:`sft_start`:
+    its run, and its start checkpoint unless ``sft_step`` says another). ``out`` defaults to
+    ``<algorithm>-from-<step>`` in this run's work directory for RL (``core.work_dir("rl")``).
+    """
     import jax
     import optax  # noqa: F401  (Tunix's config imports it too; fail here if missing)
     import orbax.checkpoint as ocp
@@ -170,7 +176,9 @@ def train_rl(
 
     core.setup_runtime_env()
     config = config or RLConfig()
-    sft_run, out = Path(sft_run), Path(out)
+    if isinstance(sft_run, SftStart):
+        sft_run, sft_step = sft_run.run_dir, sft_run.step if sft_step is None else sft_step
+    sft_run = Path(sft_run)
     train_lib.check_run_base(sft_run)
     sft_config = train_lib.config_of_run(sft_run).replace(lora={"dropout": 0.0})
     if jax.process_count() > 1:
@@ -186,6 +194,7 @@ def train_rl(
     if sft_step is not None and sft_step not in sft_steps:
         raise ValueError(f"{sft_run} has no checkpoint {sft_step}; it has {sft_steps}")
     section = _rl_section(config, sft_run, sft_step or sft_steps[-1], problems)
+    out = Path(out) if out is not None else core.work_dir("rl") / f"{config.algorithm}-from-{section['sft_step']}"
     resuming = _prepare_run_dir(out, sft_run, section)
 
     # The model: base on a mesh (1 x 1 too: one copy), LoRA, the SFT adapters; the base is the reference.

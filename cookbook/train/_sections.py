@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cookbook import core
 from cookbook.train._config import TrainConfig, train_preset
 from cookbook.train._pod import LocalHostsRun, pod_commands, train_on_local_processes
 from cookbook.train._runs import checkpoint_steps, plot_loss, read_metrics, result_determinants, run_summary
@@ -184,7 +185,7 @@ class Multihost:
 
 def multihost(
     config: TrainConfig,
-    out: str | Path,
+    out: str | Path | None = None,
     *,
     processes: int,
     steps: int,
@@ -195,7 +196,9 @@ def multihost(
     """``config`` shortened to ``steps`` optimizer steps (one warm-up step) and trained into ``out``
     by ``processes`` local processes playing hosts (:func:`cookbook.train._pod.train_on_local_processes`;
     none with 0 processes or off a CPU host), and :func:`cookbook.train._pod.pod_commands` for
-    ``pod_preset``'s recipe at a global batch of ``pod_batch_size`` on ``pod_slice``."""
+    ``pod_preset``'s recipe at a global batch of ``pod_batch_size`` on ``pod_slice``. ``out``
+    defaults to ``two-hosts`` in this run's work directory for training (``core.work_dir("train")``)."""
+    out = out if out is not None else core.work_dir("train") / "two-hosts"
     run = train_on_local_processes(config.replace(max_steps=steps, warmup_steps=1), out, processes=processes)
     pod = train_preset(pod_preset).replace(data={"batch_size": pod_batch_size})
     return Multihost(processes=processes, run=run, pod_commands=pod_commands(pod, slice_name=pod_slice))

@@ -36,3 +36,10 @@ def test_the_paper_recipe_keeps_its_accumulation_per_micro_batch(tmp_path):
     assert written.results()["gpu_loss_normalisation"] == "per_micro_batch"
     assert written.results()["gpu_recipe"]["per-device batch x accumulation"] == "1 x 4"
     assert "--model google/gemma-4-31B-it" in written.describe()
+
+
+def test_the_recipe_is_written_into_the_runs_work_directory_unless_told(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_RUN_DIR", str(tmp_path / "run"))
+    written = gpu.write_recipe_for(train.train_preset("tiny"))
+    assert written.out_dir == tmp_path / "run" / "work" / "gpu" / "gpu_recipe"
+    assert all(p.parent == written.out_dir for p in written.files.values())

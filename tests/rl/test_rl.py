@@ -12,7 +12,7 @@ import userenv
 
 from cookbook import evaluate, rl, train
 from cookbook.merge import _checkpoint
-from cookbook.rl import _run
+from cookbook.rl import _run, _start
 from cookbook.train import _runs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +62,30 @@ def test_the_config_refuses_what_cannot_train():
     paper = rl.rl_preset("paper")
     assert (paper.group_size, paper.epsilon, paper.epsilon_high, paper.beta) == (16, 0.2, 0.28, 0.0)
     assert rl.RLConfig.from_dict(paper.to_dict()) == paper
+
+
+class _Prepared(Exception):
+    """Raised where train_rl would prepare its run directory: what it resolved, nothing trained."""
+
+
+def test_rl_from_an_sft_start_takes_its_checkpoint_and_the_runs_work_directory(tmp_path, monkeypatch):
+    sft_run = userenv.tiny_run()
+    steps = train.checkpoint_steps(sft_run)
+    start = _start.SftStart(
+        recipe="tiny", run_dir=sft_run, step=steps[0], control_step=steps[-1], kept_steps=tuple(steps)
+    )
+    monkeypatch.setenv("COOKBOOK_RUN_DIR", str(tmp_path / "run"))
+
+    def prepared(out, run, section):
+        raise _Prepared(out, run, section["sft_step"])
+
+    monkeypatch.setattr(_run, "_prepare_run_dir", prepared)
+    with pytest.raises(_Prepared) as got:
+        rl.train_rl(start, config=rl.rl_preset("tiny"))
+    assert got.value.args == (tmp_path / "run" / "work" / "rl" / f"dapo-from-{steps[0]}", sft_run, steps[0])
+    with pytest.raises(_Prepared) as got:  # a step given, and a directory given, win over the start's
+        rl.train_rl(start, tmp_path / "mine", rl.rl_preset("tiny"), sft_step=steps[-1])
+    assert got.value.args == (tmp_path / "mine", sft_run, steps[-1])
 
 
 @pytest.mark.slow

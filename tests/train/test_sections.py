@@ -133,6 +133,14 @@ def test_multihost_skipped_still_shows_the_pods_commands(tmp_path):
     assert not (tmp_path / "two-hosts").exists()
 
 
+def test_multihost_runs_into_the_runs_work_directory_unless_told(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_RUN_DIR", str(tmp_path / "run"))
+    asked = []
+    monkeypatch.setattr(_sections, "train_on_local_processes", lambda config, out, *, processes: asked.append(out))
+    train.multihost(train.train_preset("tiny"), processes=2, steps=4)
+    assert asked == [tmp_path / "run" / "work" / "train" / "two-hosts"]
+
+
 def test_multihost_runs_the_shortened_config_and_records_it(tmp_path, monkeypatch):
     asked = {}
 
