@@ -19,13 +19,12 @@ from cookbook.mesh._mesh import (
     validate_mesh,
 )
 from cookbook.mesh._plan import check_on_devices, plan_mesh, refuse_too_wide_mesh, simulate_hosts, tp_limit
-from cookbook.mesh._runtime import detect_runtime, use_fake_cpu_devices
+from cookbook.mesh._runtime import detect_runtime
 from cookbook.mesh._tables import plot_slices, slice_meshes, slice_table
 
 __all__ = [
     # what this process runs on
     "detect_runtime",
-    "use_fake_cpu_devices",
     # notebook 01's steps, each a typed result
     "tp_limit",
     "plan_mesh",

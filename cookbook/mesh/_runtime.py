@@ -68,18 +68,3 @@ def detect_runtime() -> Runtime:
         fake_cpu_devices=d0.platform == "cpu"
         and "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""),
     )
-
-
-def use_fake_cpu_devices(count: int = 8) -> None:
-    """Give a CPU-only process ``count`` fake CPU devices, so that a mesh over them is real.
-
-    XLA splits the host into ``count`` devices (``--xla_force_host_platform_device_count``)
-    only if told before JAX starts its CPU backend: call this right after
-    :func:`cookbook.core.setup_runtime_env`, before anything touches devices. A no-op off a CPU
-    host (``JAX_PLATFORMS`` other than ``cpu``: the chips are the devices there) and where
-    ``XLA_FLAGS`` is set already (a test or a user chose the devices).
-    """
-    if count < 1:
-        raise ValueError(f"use_fake_cpu_devices(count={count}): ask for 1 or more devices")
-    if os.environ.get("JAX_PLATFORMS") == "cpu":
-        os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={count}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 
@@ -114,18 +113,3 @@ def test_runtime_results_are_what_notebook_01_records():
         "num_devices": 8,
         "process_count": 1,
     }
-
-
-def test_fake_cpu_devices_only_on_a_cpu_host_and_only_if_unset(monkeypatch):
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.delenv("XLA_FLAGS", raising=False)
-    M.use_fake_cpu_devices(8)
-    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
-    M.use_fake_cpu_devices(2)  # a choice made already (by a test, by the user) is kept
-    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
-    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
-    monkeypatch.delenv("XLA_FLAGS")
-    M.use_fake_cpu_devices(8)  # a TPU's devices are its chips
-    assert "XLA_FLAGS" not in os.environ
-    with pytest.raises(ValueError, match="count=0"):
-        M.use_fake_cpu_devices(0)
