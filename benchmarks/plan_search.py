@@ -13,7 +13,7 @@ under the cache root, so a stopped run resumes where it stopped.
 - ``gemma4_26b_a4b``: probes at 6 and 12 layers extrapolated to 30, checked against one
   full-depth compile (``FULL_DEPTH_CHECKS``).
 - ``gemma4_e2b``, ``gemma4_e4b``: compiled at full depth (their trailing KV-shared layers are
-  not a repeat of the pattern the probes would extrapolate; ``cookbook.fit._search.probe_depths``).
+  not a repeat of the pattern the probes would extrapolate; ``cookbook.fit._probes.probe_depths``).
 
 The small sizes' spaces are small on purpose (the CPU time of a 2-core machine): the mesh their
 KV heads allow per chip count, per-decoder remat, no remat on v5p-8, and an nf4 base on v5e-8 (16 GB
@@ -239,7 +239,7 @@ def main() -> int:
 
     setup_runtime_env()
     from cookbook import fit
-    from cookbook.fit import _search
+    from cookbook.fit import _probes
 
     if args.refresh_hardware:
         from cookbook.fit._layouts import PLAN_RESULTS
@@ -272,14 +272,14 @@ def main() -> int:
         c = full.plan_config
         if c.num_layers or not full.compiles:
             continue
-        probes = fit.compile_all(_search.compiles_needed(c), workers=args.workers, cached_only=args.cached_only)
+        probes = fit.compile_all(_probes.compiles_needed(c), workers=args.workers, cached_only=args.cached_only)
         if len(probes) < 2:
             continue
-        validation.append(fit.validate_extrapolation(full, _search.full_depth_report(c, probes)))
+        validation.append(fit.validate_extrapolation(full, _probes.full_depth_report(c, probes)))
     data = fit.results_dict(
         results,
         machine="2-core CPU host, no TPU (deviceless AOT compile, libtpu)",
-        validation=validation if _search.probe_depths(base) else None,
+        validation=validation if _probes.probe_depths(base) else None,
     )
     # What the spaces hold that a --cached-only write left out (not compiled yet), per slice.
     data["not_compiled"] = {}

@@ -14,8 +14,11 @@ planner (``cookbook.fit.search``): the mesh ``cookbook.mesh.choose_mesh`` picks 
 (one sequence per fsdp shard), per-decoder remat, splash attention (dense on E2B/E4B, where
 Tunix's splash path does not lower), first a bf16 base, then nf4 QLoRA where bf16 does not fit
 (not on 26B-A4B: Qwix cannot quantize its experts). Sizes whose pattern repeats (12B, 26B-A4B,
-31B) compile at 6 and 12 layers and are extrapolated, as the layout search does; E2B/E4B compile
-at full depth. Compiles are cached, so a stopped run resumes; rows accumulate in the file.
+31B) compile at 6 and 12 layers and are extrapolated, as the layout search does; E2B/E4B, whose
+trailing layers share K/V, compile at (own, shared) = (p, p), (2p, p), (p, 2p) layers, extrapolated
+affinely in both (``cookbook.fit._probes.shared_probes``); their rows written before those probes
+(2026-12-07) were compiled at full depth, and have no ``extrapolated_from``. E2B's full-depth
+8-chip compile on v5e-8 and v6e-8 ran out of this host's 24 GiB of RAM. Compiles are cached, so a stopped run resumes; rows accumulate in the file.
 
 Before any compile, each base's step is lowered (not compiled) at the shortest row length and
 its arguments' bytes per device summed (``cookbook.fit._plan.argument_bytes_floor``: the frozen

@@ -4,7 +4,8 @@ Notebook 03 calls its sections (``_sections``: typed results over the sharding f
 ``_sharding``), notebook 04 the remat measurement (``_remat``), the planner and its committed
 searches read back (``_views``). The planner compiles the real LoRA train step (``_step``) for a
 TPU slice with no TPU (``_plan``, configured by ``_plan_config``); ``_search`` compiles every
-candidate layout and ``_search_results`` says what a search concludes; ``_layouts`` holds the
+candidate layout (a deep one at shallow probe depths, ``_probes``) and ``_search_results`` says what
+a search concludes; ``_layouts`` holds the
 recommended layout per preset and slice, ``_runtimes`` the committed table of which size fits
 which runtime, ``_predict`` the training speed predicted from compiled FLOPs; ``_plan_report``
 shows reports as tables and plots; ``cookbook plan`` is the planner's command line (``_plan_cli``).
@@ -42,6 +43,7 @@ from cookbook.fit._predict import (
     predicted_speed,
     training_tokens_per_s,
 )
+from cookbook.fit._probes import plan_probed
 from cookbook.fit._remat import (
     format_remat_table,
     lora_count_under_remat,
@@ -59,7 +61,6 @@ from cookbook.fit._search import (
     SearchSpace,
     candidates,
     compile_all,
-    plan_probed,
     search,
 )
 from cookbook.fit._search_results import (

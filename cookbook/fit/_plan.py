@@ -269,6 +269,8 @@ def preset_for(config: PlanConfig) -> models.ModelPreset:
     preset = models.get_preset(config.model_preset).with_overrides(dtype=config.param_dtype or "bfloat16")
     if config.num_layers is not None:
         preset = preset.with_overrides(num_layers=config.num_layers)
+    if config.num_kv_shared_layers is not None:
+        preset = preset.with_overrides(num_kv_shared_layers=config.num_kv_shared_layers)
     return preset
 
 
@@ -334,6 +336,8 @@ def plan_cache_path(config: PlanConfig) -> Path:
     fields = config.to_dict()
     if fields["objective"] == "sft":  # the SFT step's keys stay as they were before RL steps were planned
         del fields["objective"], fields["completion_len"]
+    if fields["num_kv_shared_layers"] is None:  # keys stay as they were before KV-shared probes
+        del fields["num_kv_shared_layers"]
     parts = {"config": fields, "preset": repr(preset_for(config)), "versions": compiler_versions()}
     if config.quantize:  # the cookbook's own part of a QLoRA program (bf16 keys stay as they were)
         parts["qlora_step"] = lora_lib.QLORA_STEP

@@ -49,6 +49,7 @@ class PlanConfig:
     quantize: str | None = None  # QLoRA: the frozen base quantized (cookbook.lora.QUANT_TYPES)
     quant_tile: int | None = lora_lib.DEFAULT_QUANT_TILE  # its tile (checked by cookbook.lora.check_quant_tile)
     num_layers: int | None = None  # override the preset's depth (layer-slice probes)
+    num_kv_shared_layers: int | None = None  # override its KV-shared layers (E2B/E4B probes)
     mfu: float = DEFAULT_MFU
     patch_activation_sharding: bool = True  # docs/traps.md trap 3: Tunix's shard() on the TPU mesh
     # The step compiled: "sft" (Tunix's PeftTrainer); an RL actor update, "dapo" or "grpo" (Tunix's
@@ -144,8 +145,9 @@ class PlanReport:
     # tiny no-remat step on v6e-8, E2B on v6e-4; on v5p only the 26B-A4B probes so far): no
     # estimate then, the floor alone.
     compiler_step_s: float = 0.0
-    # (la, lb): extrapolated to full depth from compiles at la and lb layers (cookbook.fit search)
-    extrapolated_from: tuple[int, int] | None = None
+    # (la, lb): extrapolated to full depth from compiles at la and lb layers (cookbook.fit search);
+    # ((own, shared), x3): a KV-shared preset's three probes (cookbook.fit._search.shared_probes)
+    extrapolated_from: tuple | None = None
 
     @property
     def kernel_flops_per_chip(self) -> float:

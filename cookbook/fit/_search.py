@@ -11,16 +11,8 @@ FLOP floor). ``cookbook.fit.cheapest`` (``_search_results``) takes the searches 
 single-host slices and names the slice and layout with the lowest estimated cost per million
 trained tokens.
 
-**Probe depths.** A full-depth 31B compile takes 2.5 to 36 minutes here (remat and load
-decide), too slow to search. A deep model repeats one attention pattern (31B: 5 sliding +
-1 global, ten times), so each layout is compiled at one and at two periods of the pattern
-(6 and 12 layers for 31B) and every per-chip figure the compiler reports (argument,
-output, temp and code bytes, FLOPs, bytes accessed, ``optimal_seconds``, LoRA parameters)
-is extrapolated linearly in depth: ``a + (b - a) * (L - la) / (lb - la)``. Checked against
-full-depth compiles (``benchmarks/results/plan_31b.json``; ``validate_extrapolation``):
-FLOPs agree to 0.1%, per-chip memory to a few percent (numbers in the committed search).
-Presets at most two periods deep (``tiny``) and presets whose layers are not all alike
-(KV-shared trailing layers) are compiled at full depth.
+**Probe depths** (``cookbook.fit._probes``): a deep layout is compiled at two or three shallow
+depths and extrapolated to full depth.
 
 Every compile is one ``plan()`` call, cached under the cache root by config and compiler
 version: a search that is stopped loses only the compile in flight, and a search that
@@ -40,28 +32,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from cookbook import models
-from cookbook.fit._kernels import splash_kernel_flops_per_chip
 from cookbook.fit._layouts import SAFETY_MARGIN
-from cookbook.fit._plan import plan, plan_cache_path, precheck, preset_for
+from cookbook.fit._plan import plan, plan_cache_path, precheck
 from cookbook.fit._plan_config import PlanConfig, PlanReport, report_from_dict
+from cookbook.fit._probes import compiles_needed, full_depth_report
 
 # The single-host slices ``cheapest`` compares (cookbook.core's slice table names them).
 SINGLE_HOST_SLICES = ("v5e-8", "v6e-4", "v6e-8", "v5p-8")
 # What validate_extrapolation compares.
 VALIDATED = ("total_bytes", "temp_bytes", "argument_bytes", "flops_per_chip", "compiler_step_s")
-# Figures a compiled report gives per chip that grow with depth.
-_DEPTH_LINEAR = (
-    "argument_bytes",
-    "output_bytes",
-    "alias_bytes",
-    "temp_bytes",
-    "code_bytes",
-    "flops_per_chip",
-    "bytes_accessed",
-    "compiler_step_s",
-    "lora_params",
-    "activation_constraints",
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,88 +109,6 @@ def candidates(base: PlanConfig, space: SearchSpace) -> dict[str, PlanConfig]:
         )
         out[layout_name(c, fsdp, tp)] = c
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Probe depths and extrapolation
-
-
-def probe_depths(config: PlanConfig) -> tuple[int, int] | None:
-    """The two depths a layout is compiled at, or None to compile it at full depth."""
-    preset = preset_for(config)
-    period = len(preset.attention_pattern)
-    if preset.num_layers <= 2 * period or preset.num_kv_shared_layers:
-        return None
-    return period, 2 * period
-
-
-def extrapolate(a: PlanReport, b: PlanReport, config: PlanConfig) -> PlanReport:
-    """``config`` at full depth from its reports at two depths (linear in layers; see the module doc)."""
-    la, lb = a.plan_config.num_layers, b.plan_config.num_layers
-    layers = preset_for(config).num_layers
-    probe_s = a.compile_s + b.compile_s
-    common = dict(
-        config=config.to_dict(),
-        fsdp=a.fsdp,
-        tp=a.tp,
-        chips=a.chips,
-        hbm_bytes=a.hbm_bytes,
-        peak_flops=a.peak_flops,
-        mfu=a.mfu,
-        compile_s=probe_s,
-        extrapolated_from=(la, lb),
-        host_peak_rss_bytes=max(a.host_peak_rss_bytes, b.host_peak_rss_bytes),
-    )
-    if not (a.compiles and b.compiles):
-        failed = a if not a.compiles else b
-        return PlanReport(**common, compiles=False, error=f"at {failed.plan_config.num_layers} layers: {failed.error}")
-    t = (layers - la) / (lb - la)
-    v = {k: getattr(a, k) + (getattr(b, k) - getattr(a, k)) * t for k in _DEPTH_LINEAR}
-    for k in (
-        "argument_bytes",
-        "output_bytes",
-        "alias_bytes",
-        "temp_bytes",
-        "code_bytes",
-        "lora_params",
-        "activation_constraints",
-    ):
-        v[k] = int(round(v[k]))
-    tokens = a.tokens_per_step
-    step_s = (v["flops_per_chip"] + splash_kernel_flops_per_chip(config)) / (a.peak_flops * a.mfu)
-    return PlanReport(
-        **common,
-        compiles=True,
-        **v,
-        total_bytes=v["argument_bytes"] + v["output_bytes"] - v["alias_bytes"] + v["temp_bytes"] + v["code_bytes"],
-        tokens_per_step=tokens,
-        flops_per_token=v["flops_per_chip"] * a.chips / tokens,
-        predicted_step_s=step_s,
-        predicted_tokens_per_s=tokens / step_s if step_s else 0.0,
-    )
-
-
-def compiles_needed(config: PlanConfig) -> list[PlanConfig]:
-    """The ``plan()`` configs that give ``config``'s full-depth report."""
-    depths = probe_depths(config)
-    return [config] if depths is None else [config.replace(num_layers=n) for n in depths]
-
-
-def plan_probed(config: PlanConfig) -> PlanReport:
-    """``plan(config)`` as the search compiles it: a deep model at its two probe depths, then
-    extrapolated to full depth (:func:`probe_depths`); a shallow one at full depth."""
-    needed = compiles_needed(config)
-    return full_depth_report(config, {c: plan(c) for c in needed})
-
-
-def full_depth_report(config: PlanConfig, probes: dict[PlanConfig, PlanReport]) -> PlanReport | None:
-    """``config``'s full-depth report from its compiles in ``probes`` (None if one is missing)."""
-    needed = compiles_needed(config)
-    if any(n not in probes for n in needed):
-        return None
-    if len(needed) == 1:
-        return probes[needed[0]]
-    return extrapolate(probes[needed[0]], probes[needed[1]], config)
 
 
 # --------------------------------------------------------------------------------------

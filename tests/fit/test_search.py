@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cookbook import fit, harness, lora
-from cookbook.fit import _plan, _plan_config, _search, _search_results
+from cookbook.fit import _plan, _plan_config, _probes, _search, _search_results
 from cookbook.train import _config
 
 # Small enough to compile in seconds; the CLI test below asks for the same configs (cached). No
@@ -38,17 +38,17 @@ def test_candidates_are_the_product_of_the_space_and_refuse_bad_meshes():
 
 
 def test_probe_depths_follow_the_attention_pattern():
-    assert _search.probe_depths(fit.PlanConfig(model_preset="gemma4_31b")) == (6, 12)  # 5 sliding + 1 global
-    assert _search.probe_depths(BASE) is None  # 6 layers: compiled at full depth
-    assert _search.probe_depths(BASE.replace(num_layers=18)) == (6, 12)
+    assert _probes.probe_depths(fit.PlanConfig(model_preset="gemma4_31b")) == (6, 12)  # 5 sliding + 1 global
+    assert _probes.probe_depths(BASE) is None  # 6 layers: compiled at full depth
+    assert _probes.probe_depths(BASE.replace(num_layers=18)) == (6, 12)
 
 
 @pytest.mark.slow
 def test_an_extrapolated_layout_agrees_with_its_full_depth_compile():
     """Compiles at 6 and 12 layers, extrapolated to 18, against the 18-layer compile itself."""
     config = BASE.replace(slice_name="v5p-8", mesh_fsdp=2, mesh_tp=2, batch_size=2, num_layers=18)
-    probes = fit.compile_all(_search.compiles_needed(config), workers=0, progress=False)
-    extrapolated = _search.full_depth_report(config, probes)
+    probes = fit.compile_all(_probes.compiles_needed(config), workers=0, progress=False)
+    extrapolated = _probes.full_depth_report(config, probes)
     full = fit.plan(config)
     assert extrapolated.extrapolated_from == (6, 12) and full.extrapolated_from is None
     # What is linear in depth by construction (one LoRA pair per projection per layer, the same
@@ -63,6 +63,57 @@ def test_an_extrapolated_layout_agrees_with_its_full_depth_compile():
     assert abs(naive - full.argument_bytes) > 100 * abs(extrapolated.argument_bytes - full.argument_bytes)
     check = fit.validate_extrapolation(full, extrapolated)
     assert check["flops_per_chip"]["relative_error"] == pytest.approx(0, abs=1e-3)
+
+
+def test_kv_shared_presets_are_probed_in_own_and_shared_layers():
+    assert _probes.shared_probes(fit.PlanConfig(model_preset="gemma4_e2b")) == ((5, 5), (10, 5), (5, 10))
+    assert _probes.shared_probes(fit.PlanConfig(model_preset="gemma4_e4b")) == ((6, 6), (12, 6), (6, 12))
+    assert _probes.shared_probes(fit.PlanConfig(model_preset="tiny_e2b")) is None  # 5 + 5: full depth
+    assert _probes.shared_probes(fit.PlanConfig(model_preset="gemma4_31b")) is None  # no KV sharing
+    (probe, *_) = _probes.compiles_needed(fit.PlanConfig(model_preset="gemma4_e2b"))
+    shallow = _plan.preset_for(probe)
+    assert (shallow.num_layers, shallow.num_kv_shared_layers) == (10, 5)
+    # The override is part of the compile's cache key (a 10-layer probe with 5 shared is not 10 with 20).
+    assert _plan.plan_cache_path(probe) != _plan.plan_cache_path(probe.replace(num_kv_shared_layers=None))
+
+
+@pytest.mark.slow
+def test_a_kv_shared_layout_extrapolated_in_both_kinds_agrees_with_its_full_lowering():
+    """tiny_e2b grown to 10 own + 10 KV-shared layers, from its (5, 5), (10, 5), (5, 10) probes,
+    against the 20-layer step itself. Lowered on one CPU device, not compiled for a TPU (four
+    compiles take 200 s here; a TPU topology's lowered program gives no FLOP count): the
+    arguments' bytes and XLA's FLOP count of the lowered step are what the affine rule must carry. The compiled temporaries are checked at E2B's scale against its full-depth tpu7x-8
+    compile (benchmarks/results/runtimes.json, test_runtimes)."""
+    import math
+
+    import jax
+
+    config = fit.PlanConfig(
+        model_preset="tiny_e2b", slice_name="v5e-1", seq_len=128, batch_size=1, num_layers=20, num_kv_shared_layers=10
+    )
+    needed = _probes.compiles_needed(config)
+    assert [(c.num_layers, c.num_kv_shared_layers) for c in needed] == [(10, 5), (15, 5), (15, 10)]
+    devices = jax.devices("cpu")[:1]  # XLA counts FLOPs of a lowered CPU program; a TPU topology's gives none
+
+    def lowered_report(c):
+        lowered, lora_count = _plan.lower_step(c, 1, 1, devices)
+        args = sum(math.prod(a.shape) * a.dtype.itemsize for a in jax.tree.leaves(lowered.args_info))
+        flops = lowered.cost_analysis()["flops"]
+        return _plan_config.PlanReport(
+            config=c.to_dict(), compiles=True, chips=1, peak_flops=1.0, tokens_per_step=128,
+            argument_bytes=args, flops_per_chip=flops, lora_params=lora_count,
+        )  # fmt: skip
+
+    probes = {c: lowered_report(c) for c in needed}
+    full, extrapolated = lowered_report(config), _probes.full_depth_report(config, probes)
+    assert extrapolated.extrapolated_from == ((5, 5), (10, 5), (5, 10))
+    assert extrapolated.argument_bytes == full.argument_bytes and extrapolated.lora_params == full.lora_params
+    assert extrapolated.flops_per_chip == pytest.approx(full.flops_per_chip, rel=1e-4)  # measured 1.5e-5
+    # The control: one kind of layer (depth along the own-layer probes only) counts K/V
+    # projections and their FLOPs that the shared layers do not have.
+    a, b = probes[needed[0]], probes[needed[1]]
+    naive = a.flops_per_chip + (b.flops_per_chip - a.flops_per_chip) * (20 - 10) / 5
+    assert abs(naive - full.flops_per_chip) > 0.01 * full.flops_per_chip
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +383,7 @@ def test_the_committed_search_of_each_other_size_is_ranked_checked_and_what_trai
     assert data["preset"] == preset and data["versions"]["libtpu"]
     searches = {r.slice_name: r for r in fit.load_search(data)}
     assert set(searches) == set(_search.SINGLE_HOST_SLICES)
-    probes = _search.probe_depths(fit.PlanConfig(model_preset=preset))
+    probes = _probes.probe_depths(fit.PlanConfig(model_preset=preset))
     want_lora = lora.expected_lora_params(_plan.preset_for(fit.PlanConfig(model_preset=preset)), fit.PlanConfig().lora)
     # Every slice is in the file; a slice the search has not compiled yet (CPU time: a full-depth
     # E2B/E4B compile took 10-20 CPU-minutes here) has no reports, and the family table says so.
