@@ -100,7 +100,7 @@ def _display(r: dict[str, Any], mfu: float | None = None, tokens: float = 9.2e6)
 def size_advice(runtime=None) -> str:
     """On a TPU runtime: the largest size whose LoRA step fits it, and why; on CPU: the tiny default.
 
-    ``runtime``: a ``cookbook.mesh.Runtime`` (default: detected, which starts JAX's backend).
+    ``runtime``: what ``cookbook.mesh.detect_runtime()`` returns (default: detected, which starts JAX's backend).
     """
     if runtime is None:
         from cookbook import mesh

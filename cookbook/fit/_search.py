@@ -7,7 +7,7 @@ It drops what does not compile or does not fit under :data:`SAFETY_MARGIN` of HB
 the rest by the compiler's own estimated step time per trained token
 (``PlanReport.estimated_step_s``: ``cost_analysis()``'s ``optimal_seconds`` plus the splash
 kernels' work, which the compiler does not count (``cookbook.fit._kernels``), never below the
-FLOP floor). ``cookbook.fit.cheapest`` (``_search_results``) takes the searches of the
+FLOP floor). ``cookbook.fit._search_results.cheapest`` takes the searches of the
 single-host slices and names the slice and layout with the lowest estimated cost per million
 trained tokens.
 

@@ -93,7 +93,7 @@ class LoraOnMesh:
 
 def lora_on_mesh(base: ShardedBase, *, rank: int, alpha: float, targets: str = "all-linear") -> LoraOnMesh:
     """LoRA on every ``targets`` weight of ``base``'s model, applied on its mesh, with the specs
-    each pair should have (:func:`cookbook.fit.lora_specs`)."""
+    each pair should have (:func:`cookbook.fit._sharding.lora_specs`)."""
     config = lora_lib.LoraConfig(rank=rank, alpha=alpha, targets=targets)
     model = lora_lib.apply_lora(base.model, config, preset=base.preset, mesh=base.mesh)
     return LoraOnMesh(base=base, config=config, model=model, specs=tuple(lora_specs(model)))
@@ -212,7 +212,7 @@ class LayoutAfterTraining:
 
 
 def check_layout_kept(fixed: FixedShardings, *, batch: int, seq_len: int, steps: int) -> LayoutAfterTraining:
-    """``steps`` steps of the update Tunix's ``PeftTrainer`` runs (:func:`cookbook.fit.run_train_steps`)
+    """``steps`` steps of the update Tunix's ``PeftTrainer`` runs (:func:`cookbook.fit._step.run_train_steps`)
     on one random batch sharded on the mesh; the layout before and after compared. Raises
     ``ValueError`` if training left a large array replicated (the fix's threshold)."""
     model, optimizer = fixed.model, fixed.optimizer
