@@ -23,9 +23,10 @@ affinely in both (``cookbook.fit._probes.shared_probes``); their rows written be
 Before any compile, each base's step is lowered (not compiled) at the shortest row length and
 its arguments' bytes per device summed (``cookbook.fit._plan.argument_bytes_floor``: the frozen
 base, LoRA, optimizer state and batch, a floor of what the compiler would place). Where that
-floor exceeds the device's whole HBM for every base, the cell does not fit whatever the compile
-would say, and the row says so (``decided_by``) without compiling: 31B on one v5e chip, whose
-nf4 compile this host cannot finish (killed at 24 GB of RAM).
+floor exceeds the device's whole HBM, that base does not fit whatever the compile would say, and
+is not compiled (``argument_floor_gib`` in the row: 12B's bf16 base on one v5e chip); for every
+base, the row says so (``decided_by``) without compiling: 31B on one v5e chip, whose nf4 compile
+this host cannot finish (killed at 24 GB of RAM).
 
     .venv/bin/python benchmarks/runtimes.py                          # every cell not yet in the file
     .venv/bin/python benchmarks/runtimes.py --cells gemma4_e2b/v5e-1,gemma4_31b/v6e-1
@@ -77,48 +78,82 @@ def spaces(preset: str, slice_name: str):
     ]
 
 
-def floor_row(preset: str, slice_name: str) -> dict | None:
-    """The row of a cell whose every base's arguments alone exceed the device's HBM, else None.
+def argument_floors(preset: str, slice_name: str) -> dict[str | None, tuple[str, int]]:
+    """Per base (quantize): its layout's name and the lowered step's argument bytes per device.
 
     Lowered at the shortest rung (:data:`SEQ_LENS`): the batch is the only argument that grows
     with the row length, so a floor over the HBM there is over it at every rung.
     """
-    from cookbook import core, fit
+    from cookbook import fit
     from cookbook.fit._plan import argument_bytes_floor
     from cookbook.fit._search import candidates
 
-    s = core.get_slice(slice_name)
-    hbm = s.chip.device_hbm_bytes
     base = fit.PlanConfig(model_preset=preset, slice_name=slice_name, seq_len=min(SEQ_LENS))
-    floors, bases = {}, set()
-    for space in spaces(preset, slice_name):
-        for name, config in candidates(base, space).items():
-            floors[name] = argument_bytes_floor(config)
-            bases.add(config.quantize or "bf16")
-            if floors[name] <= hbm:
-                return None  # this base may fit: only a compile decides
+    return {
+        config.quantize: (name, argument_bytes_floor(config))
+        for space in spaces(preset, slice_name)
+        for name, config in candidates(base, space).items()
+    }
+
+
+def over_hbm(slice_name: str, floors: dict[str | None, tuple[str, int]]) -> dict[str, float]:
+    """{layout: GiB per device} of the bases whose arguments alone exceed the device's whole HBM."""
+    from cookbook import core
+
+    hbm = core.get_slice(slice_name).chip.device_hbm_bytes
+    return {name: b / 2**30 for name, b in floors.values() if b > hbm}
+
+
+def floor_text(over: dict[str, float]) -> str:
+    return (
+        "the lowered step's arguments alone (frozen base, LoRA, optimizer state, batch), per device, exceed the "
+        "device's HBM: " + ", ".join(f"{k} {v:.2f} GiB" for k, v in over.items()) + f" at {min(SEQ_LENS)} tokens "
+        "(longer rows only add)"
+    )
+
+
+def floor_row(preset: str, slice_name: str, floors: dict[str | None, tuple[str, int]]) -> dict | None:
+    """The row of a cell whose every base's arguments alone exceed the device's HBM, else None."""
+    from cookbook import core
+
+    over = over_hbm(slice_name, floors)
+    if len(over) < len(floors):
+        return None  # a base may fit: only a compile decides
+    s = core.get_slice(slice_name)
     return {
         "preset": preset,
         "slice": slice_name,
         "runtime": s.runtime or "Cloud TPU",
         "devices": s.num_devices,
-        "hbm_gib_per_device": hbm / 2**30,
+        "hbm_gib_per_device": s.chip.device_hbm_bytes / 2**30,
         "compiled": False,
         "fits": False,
         "decided_by": "argument floor",
-        "seq_lens_tried": [base.seq_len],
-        "bases_tried": sorted(bases),
-        "argument_floor_gib": {k: v / 2**30 for k, v in floors.items()},
+        "seq_lens_tried": [min(SEQ_LENS)],
+        "bases_tried": sorted(q or "bf16" for q in floors),
+        "argument_floor_gib": over,
         "source": "benchmarks/runtimes.py",
-        "why": "the lowered step's arguments alone (frozen base, LoRA, optimizer state, batch), per device, exceed "
-        f"the device's {hbm / 2**30:.2f} GiB of HBM for every base: "
-        + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in floors.items())
-        + f" at {base.seq_len} tokens (longer rows only add)",
+        "why": f"for every base, {floor_text(over)}",
     }
 
 
-def row_of(preset: str, slice_name: str, res, source: str, tried: list[int] | None = None) -> dict:
-    """The table row of a cell from its search (the best layout that fits, any base)."""
+def row_of(
+    preset: str, slice_name: str, res, source: str, tried: list[int] | None = None, over: dict | None = None
+) -> dict:
+    """The table row of a cell from its search (the best layout that fits, any base); ``over``:
+    the bases not compiled because their arguments alone exceed the HBM (:func:`over_hbm`)."""
+    row = _row_of(preset, slice_name, res, source, tried)
+    if over:
+        row["argument_floor_gib"] = over
+        row["bases_tried"] = sorted(
+            set(row["bases_tried"]) | {n.rsplit("/", 1)[1] if n.endswith("/nf4") else "bf16" for n in over}
+        )
+        if not row["fits"] and isinstance(row.get("why"), dict):
+            row["why"].update({name: f"not compiled: {floor_text({name: gib})}" for name, gib in over.items()})
+    return row
+
+
+def _row_of(preset: str, slice_name: str, res, source: str, tried: list[int] | None = None) -> dict:
     from cookbook import core
 
     s = core.get_slice(slice_name)
@@ -208,13 +243,19 @@ def committed_cell(preset: str, slice_name: str):
 
 
 def compile_cell(
-    preset: str, slice_name: str, workers: int, start: tuple[int, str | None] | None = None, cached_only: bool = False
+    preset: str,
+    slice_name: str,
+    workers: int,
+    start: tuple[int, str | None] | None = None,
+    cached_only: bool = False,
+    skip: frozenset = frozenset(),
 ):
     """bf16 then nf4 at 4,096 tokens, then at 2,048 and 1,024: the first layout that fits wins.
 
     ``start``: (seq_len, quantize) of the rung to begin at (:data:`CONTAINS`). With ``cached_only``
     a rung that was never compiled ends the ladder with no result (None): a misfit is said only
-    when every rung was compiled, never from the rungs that happen to be cached.
+    when every rung was compiled, never from the rungs that happen to be cached. ``skip``: the
+    bases (quantize) not compiled, their arguments alone being over the HBM (:func:`over_hbm`).
     """
     from cookbook import fit
 
@@ -225,7 +266,7 @@ def compile_cell(
         base = fit.PlanConfig(model_preset=preset, seq_len=seq_len)
         for space in spaces(preset, slice_name):
             started = started or (seq_len, space.quantize[0]) == start
-            if not started:
+            if not started or space.quantize[0] in skip:
                 continue
             one = fit.search(preset, slice_name, space, base=base, workers=workers, cached_only=cached_only)
             if cached_only and not one.reports:  # this rung was never compiled: the ladder is open
@@ -309,12 +350,17 @@ def main() -> int:
             smaller = data["rows"].get(f"{CONTAINS.get(preset)}/{slice_name}", {})
             start = (smaller["seq_len"], smaller.get("quantize")) if smaller.get("fits") else None
             found = (*found, None) if found else None
-            row = None if found else floor_row(preset, slice_name)
+            floors = {} if found else argument_floors(preset, slice_name)
+            row = floor_row(preset, slice_name, floors) if floors else None
             if row is None:
-                res, source, tried = found or compile_cell(preset, slice_name, args.workers, start, args.cached_only)
+                over = over_hbm(slice_name, floors)
+                skip = frozenset(q for q, (name, _) in floors.items() if name in over)
+                res, source, tried = found or compile_cell(
+                    preset, slice_name, args.workers, start, args.cached_only, skip
+                )
                 if res is None or (not res.reports and not found):
                     continue  # --cached-only and a rung of the cell's ladder not cached: left as it was
-                row = row_of(preset, slice_name, res, source, tried)
+                row = row_of(preset, slice_name, res, source, tried, over)
             data = load(args.out)  # again: another run may have added rows meanwhile
             data["rows"][key] = row
             data.update(
