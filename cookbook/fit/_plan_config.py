@@ -31,7 +31,16 @@ _LEGACY_LORA = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_targets": "tar
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PlanConfig:
-    """One training configuration to compile for a TPU slice."""
+    """One training configuration to compile for a TPU slice.
+
+    It copies the fields it shares with ``cookbook.train.TrainConfig`` rather than holding one
+    (:meth:`from_train_config` makes the copy): ``fit`` is an earlier stage than ``data`` and
+    ``train`` (``train`` checks its own fit through the planner), and most plans are of sizes and
+    slices nothing here trains (31B on v5p-8, every cell of the runtime table), for which a
+    TrainConfig's data, output and checkpoint fields mean nothing. Its flat fields are also the
+    plan cache's key and the committed searches' format. ``tests/fit/test_plan.py`` fails when a
+    field the two share is not carried.
+    """
 
     model_preset: str = "tiny"
     slice_name: str = "v5p-8"

@@ -352,3 +352,39 @@ def test_argument_floor_is_below_what_the_compiler_places(plans):
     # nf4 codes are 4 bits. Shape arithmetic, not a timing: nf4's floor is 0.552 of bf16's here;
     # counting each uint4 code as a byte gives 0.707.
     assert floors["v5e-1 nf4"] < 0.63 * floors["v5e-1"]
+
+
+def test_the_fit_check_of_a_train_config_carries_every_field_the_two_share():
+    """PlanConfig copies what it shares with TrainConfig (fit precedes train in the stages, and the
+    planner compiles sizes and slices no one trains; see PlanConfig's docstring). Every field the
+    two share, the data section's included, is carried, from values that are no default."""
+    import dataclasses
+
+    from cookbook import lora, train
+
+    t = train.TrainConfig(
+        model_preset="tiny_12b",
+        mesh_fsdp=2,
+        mesh_tp=4,
+        remat="block",
+        flash_attention=True,
+        flash_block=256,
+        lora=lora.LoraConfig(rank=8, alpha=4.0, dropout=0.1, targets=("q_proj",)),
+        learning_rate=3e-5,
+        weight_decay=0.05,
+        param_dtype="float32",
+        quantize="nf4",
+        quant_tile=32,
+        data=dataclasses.replace(train.TrainConfig().data, batch_size=6, seq_len=384),
+    )
+    c = fit.PlanConfig.from_train_config(t, "v5p-8")
+    shared = {f.name for f in dataclasses.fields(fit.PlanConfig)}
+    on_train = shared & {f.name for f in dataclasses.fields(train.TrainConfig)}
+    on_data = shared & {f.name for f in dataclasses.fields(t.data)}
+    assert on_train and on_data == {"batch_size", "seq_len"}
+    default = fit.PlanConfig()
+    for name in on_train | on_data:
+        want = getattr(t.data if name in on_data else t, name)
+        if name == "lora":
+            want = dataclasses.replace(want, dropout=0.0)  # the planner compiles no dropout
+        assert getattr(c, name) == want != getattr(default, name), name
