@@ -279,6 +279,41 @@ def compile_cell(
     return res, "benchmarks/runtimes.py", tried
 
 
+def validate_shared(row: dict) -> dict:
+    """Compile the (own, shared) probes of a KV-shared cell whose row came from a full-depth
+    compile, and say how far their extrapolation lands from it (``cookbook.fit._probes``)."""
+    from cookbook import fit
+    from cookbook.fit import _probes
+
+    assert row["fits"] and not row.get("extrapolated_from"), "needs a cell compiled at full depth"
+    config = fit.PlanConfig(
+        model_preset=row["preset"],
+        slice_name=row["slice"],
+        mesh_fsdp=row["mesh_fsdp"],
+        mesh_tp=row["mesh_tp"],
+        batch_size=row["batch_size"],
+        seq_len=row["seq_len"],
+        remat=row["remat"],
+        flash_attention=row["flash_attention"],
+        flash_block=row["flash_block"],
+        quantize=row["quantize"],
+    )
+    needed = _probes.compiles_needed(config)
+    report = _probes.full_depth_report(config, fit.compile_all(needed, workers=1))
+    full_bytes = row["gib_per_chip"] * 2**30
+    floor_tps = report.tokens_per_step / report.flop_floor_s
+    return {
+        "cell": f"{row['preset']}/{row['slice']}",
+        "probes": [list(p) for p in report.extrapolated_from],
+        "full_gib_per_chip": row["gib_per_chip"],
+        "extrapolated_gib_per_chip": report.total_bytes / 2**30,
+        "total_bytes_relative_error": report.total_bytes / full_bytes - 1,
+        "floor_tokens_per_s_relative_error": floor_tps / row["floor_tokens_per_s"] - 1,
+        "probe_compile_s": report.compile_s,
+        "probe_peak_rss_gib": report.host_peak_rss_bytes / 2**30,
+    }
+
+
 def out_of_memory(report) -> bool:
     """A compile the TPU compiler refused for HBM: its verdict is "does not fit", not "not compiled"."""
     return not report.compiles and any(
@@ -304,6 +339,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="the table to add rows to (default: the committed one)")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown (README) and exit")
     ap.add_argument("--plot", type=Path, default=None, help="draw the table to this PNG (docs/runtimes.png) and exit")
+    ap.add_argument(
+        "--validate-kv-shared",
+        default=None,
+        metavar="PRESET/SLICE",
+        help="compile the KV-shared probes of a cell compiled at full depth (gemma4_e2b/tpu7x-8) and record how far "
+        "their extrapolation lands from it",
+    )
     args = ap.parse_args()
     from cookbook.core import setup_runtime_env
 
@@ -324,6 +366,12 @@ def main() -> int:
             print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
         for q, a in runtime_answers(data).items():
             print(f"- {q}: {a}")
+        return 0
+    if args.validate_kv_shared:
+        key = args.validate_kv_shared
+        data["kv_shared_validation"] = validate_shared(data["rows"][key])
+        args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(json.dumps(data["kv_shared_validation"], indent=2))
         return 0
     if args.plot:
         import matplotlib
