@@ -97,6 +97,9 @@ def recommended_training(preset_name: str, slice_name: str | None = None) -> dic
         )
     slice_name = slice_name or DEFAULT_TRAINING_SLICE.get(preset_name) or cheapest_recommended(recommended)
     if slice_name not in recommended:
+        row = _runtime_row(preset_name, slice_name)
+        if row is not None and row["fits"]:  # the search could not compile it here; the runtimes table did
+            return _from_runtimes(preset_name, slice_name)
         raise ValueError(
             f"the committed plans for {preset_name} recommend no layout for slice {slice_name!r} "
             f"(they cover: {', '.join(recommended) or 'none'})"
@@ -123,12 +126,19 @@ def _searched_slices(preset_name: str) -> set[str]:
     return set(load_plan_results(preset_name).get("spaces") or {})
 
 
+def _runtime_row(preset_name: str, slice_name: str) -> dict[str, Any] | None:
+    from cookbook.fit._runtimes import runtime_cell
+
+    return runtime_cell(preset_name, slice_name)
+
+
 def _from_runtimes(preset_name: str, slice_name: str) -> dict[str, Any]:
-    """A slice the layout search did not cover (one chip, Ironwood, 12B): the runtimes table's cell."""
-    from cookbook.fit._runtimes import RUNTIMES_FILE, runtime_cell
+    """A slice the layout search did not cover (one chip, Ironwood, 12B), or covered and could not
+    compile here (E2B's 8-chip slices): the runtimes table's cell."""
+    from cookbook.fit._runtimes import RUNTIMES_FILE
 
     core.get_slice(slice_name)  # ValueError naming the known slices
-    row = runtime_cell(preset_name, slice_name)
+    row = _runtime_row(preset_name, slice_name)
     if row is None or row["fits"] is None:
         raise ValueError(
             f"no compiled layout of {preset_name} for slice {slice_name!r} yet (not in the layout search nor in "
@@ -140,6 +150,9 @@ def _from_runtimes(preset_name: str, slice_name: str) -> dict[str, Any]:
             f"its smallest compiled layout ({row.get('quantize') or 'bf16'} base) needs {row['gib_per_chip']:.1f} GiB "
             f"per device of {row['hbm_gib_per_device']:.2f} usable (80% margin)"
             if "gib_per_chip" in row
+            else f"its lowered step's arguments alone need {min(row['argument_floor_gib'].values()):.1f} GiB per "
+            f"device of {row['hbm_gib_per_device']:.2f}, on every base"
+            if "argument_floor_gib" in row
             else f"the TPU compiler ran out of its {row['hbm_gib_per_device']:.2f} GiB of HBM on every layout tried"
         )
         raise ValueError(

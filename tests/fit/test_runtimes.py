@@ -142,3 +142,17 @@ def test_the_answers_scale_hours_by_the_papers_measured_efficiency():
     real_h = DATA["paper_train_tokens"] / (kaggle["floor_tokens_per_s"] * mfu) / 3600
     assert f"{real_h:.1f} h at the paper's measured efficiency" in answers["paper_run_on_kaggle_v5e8"]
     assert answers["paper_run_on_kaggle_v5e8"].startswith("yes" if real_h <= 9 else "no")
+
+
+def test_a_searched_slice_the_search_could_not_compile_is_answered_from_the_table():
+    """E2B's layout search covered v5e-8 but could not compile it on this host (its RAM); the
+    table's cell (KV-shared probes) answers `cookbook plan --recommended` there, and a cell decided
+    by the argument floor is refused with that reason."""
+    searched = set(fit.load_plan_results("gemma4_e2b").get("spaces", {}))
+    row = ROWS["gemma4_e2b/v5e-8"]
+    assert "v5e-8" in searched and row["fits"] and row["extrapolated_from"]
+    rec = fit.recommended_training("gemma4_e2b", "v5e-8")
+    assert rec["from"].endswith(row["layout"]) and rec["gib_per_chip"] == row["gib_per_chip"]
+    floored = next(r for r in ROWS.values() if r.get("decided_by") == "argument floor")
+    with pytest.raises(ValueError, match=r"arguments alone need [\d.]+ GiB per device"):
+        fit.recommended_training(floored["preset"], floored["slice"])
