@@ -153,7 +153,13 @@ def plot_runtimes(data: dict[str, Any] | None = None):
                 text = "not compiled"
             elif not r["fits"]:
                 shade[i, j] = (0.82, 0.82, 0.82)
-                gib = f"\n{r['gib_per_chip']:.0f} GiB" if "gib_per_chip" in r else "\nHBM OOM"
+                gib = (
+                    f"\n{r['gib_per_chip']:.0f} GiB"
+                    if "gib_per_chip" in r
+                    else f"\nargs >= {min(r['argument_floor_gib'].values()):.0f} GiB"
+                    if "argument_floor_gib" in r
+                    else "\nHBM OOM"
+                )
                 text = f"does not fit{gib}"
             else:
                 shade[i, j] = greens(0.25 + 0.6 * r["hbm_fraction"] / 0.8)[:3]
