@@ -283,6 +283,3 @@ def test_a_quantized_base_on_a_mesh_stays_sharded_like_its_weights(tiny_12b_base
             scales += 1
             uneven += want != core.variable_spec(var)
     assert codes == scales > 0 and 0 < uneven < scales  # only the scales 8 does not divide are replicated
-    tokens = np.ones((8, 16), np.int32)
-    logits, _ = model(tokens, np.broadcast_to(np.arange(16), (8, 16)), None, np.tril(np.ones((8, 16, 16), bool)))
-    assert np.isfinite(np.asarray(logits)).all()
